@@ -1,0 +1,173 @@
+// Package migrations holds Fila's versioned SQL, embedded in the binary, and
+// applies it once under a transaction-scoped advisory lock, so any number of
+// processes may run Migrate at the same time.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// lockKey is the advisory lock every Migrate takes; the value spells "fila".
+const lockKey = 0x66696c61
+
+// Migration is one numbered step.
+type Migration struct {
+	Version int
+	Name    string
+	Up      string
+	Down    string
+}
+
+// All returns the embedded migrations in version order.
+func All() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		return nil, err
+	}
+	byVersion := map[int]*Migration{}
+	for _, e := range entries {
+		name := e.Name()
+		var dir string
+		switch {
+		case strings.HasSuffix(name, ".up.sql"):
+			dir = "up"
+		case strings.HasSuffix(name, ".down.sql"):
+			dir = "down"
+		default:
+			continue
+		}
+		num, rest, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration file %q: name must start with a number and '_'", name)
+		}
+		body, err := fs.ReadFile(files, name)
+		if err != nil {
+			return nil, err
+		}
+		m := byVersion[v]
+		if m == nil {
+			m = &Migration{Version: v, Name: strings.TrimSuffix(strings.TrimSuffix(rest, ".up.sql"), ".down.sql")}
+			byVersion[v] = m
+		}
+		if dir == "up" {
+			m.Up = string(body)
+		} else {
+			m.Down = string(body)
+		}
+	}
+	out := make([]Migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// Latest is the version a fully migrated database is at.
+func Latest() int {
+	all, err := All()
+	if err != nil || len(all) == 0 {
+		return 0
+	}
+	return all[len(all)-1].Version
+}
+
+// Migrate applies every migration the database lacks, in one transaction,
+// holding an advisory lock for that transaction. It returns the versions it
+// applied (none when the database was already current).
+func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	var applied []int
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", int64(lockKey)); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fila_migrations (
+			version    int PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("create fila_migrations: %w", err)
+		}
+		current, err := version(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, m := range all {
+			if m.Version <= current {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.Up); err != nil {
+				return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO fila_migrations (version, name) VALUES ($1::int, $2::text)", m.Version, m.Name); err != nil {
+				return fmt.Errorf("record migration %d: %w", m.Version, err)
+			}
+			applied = append(applied, m.Version)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// Querier is what Version and Check need: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Version returns the database's migration version, 0 when Fila was never
+// migrated there.
+func Version(ctx context.Context, q Querier) (int, error) { return version(ctx, q) }
+
+func version(ctx context.Context, q Querier) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM fila_migrations").Scan(&v)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read migration version: %w", err)
+	}
+	return v, nil
+}
+
+// ErrNotMigrated is wrapped by Check when the database is behind.
+var ErrNotMigrated = errors.New("database is not migrated")
+
+// Check returns an error that says what to run when the database is not at
+// the version this binary expects.
+func Check(ctx context.Context, q Querier) error {
+	v, err := version(ctx, q)
+	if err != nil {
+		return err
+	}
+	want := Latest()
+	switch {
+	case v < want:
+		return fmt.Errorf("%w: it is at version %d, this build needs %d; run `fila migrate` (or migrations.Migrate)", ErrNotMigrated, v, want)
+	case v > want:
+		return fmt.Errorf("database is at migration version %d, newer than this build's %d; upgrade fila", v, want)
+	}
+	return nil
+}
