@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# setup.sh prepares a machine to run Fila's test suite and benchmarks.
+#
+# It is idempotent: run it as often as you like; a second run changes nothing.
+# It is written for Debian bookworm run as root (as CI does on a clean clone);
+# as another user it uses sudo for the steps that need root.
+#
+# Steps, one line of output each:
+#   1. PostgreSQL answers on 127.0.0.1:5432 (installed with apt and started
+#      with pg_ctlcluster when missing or stopped), and postgres@127.0.0.1
+#      connects without a password (the tests' default DSN).
+#   2. wal_level = logical, max_replication_slots >= 10 and
+#      max_wal_senders >= 10, needed by the logical replication wake source.
+#      Set with ALTER SYSTEM; PostgreSQL is restarted only when one changed.
+#   3. pgbouncer is installed (Debian package). Services are forbidden to
+#      start during the install, so no system PgBouncer takes port 6432.
+#   4. A shared PgBouncer for the test suite answers on 127.0.0.1:6432 in
+#      transaction mode in front of 127.0.0.1:5432. Its config, pid and log
+#      live under ${TMPDIR:-/tmp}/fila-pgbouncer/; it runs as the postgres
+#      user, daemonized. A running one is reloaded only if its config changed.
+#   5. go mod download for the main module (and bench/peers when it has a go.mod).
+#
+# The addresses are fixed (PostgreSQL 127.0.0.1:5432, PgBouncer 127.0.0.1:6432)
+# because the test suite's defaults name them: see internal/testdb and
+# scripts/test.sh.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+PG_HOST=127.0.0.1
+PG_PORT=5432
+BOUNCER_PORT=6432
+PG_URL="postgres://postgres@${PG_HOST}:${PG_PORT}/postgres"
+BOUNCER_URL="postgres://postgres@${PG_HOST}:${BOUNCER_PORT}/postgres"
+BOUNCER_DIR="${TMPDIR:-/tmp}/fila-pgbouncer"
+
+step() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# as_root runs a command as root (directly, or with sudo for other users).
+as_root() {
+	if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# as_pg runs a command as the postgres system user when we are root
+# (PostgreSQL and PgBouncer refuse to run as root), else as ourselves.
+as_pg() {
+	if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# apt_install installs Debian packages without starting their services:
+# a temporary policy-rc.d forbids service starts unless one already exists.
+apt_install() {
+	local policy=/usr/sbin/policy-rc.d created=""
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+		as_root chmod 755 "$policy"
+		created=1
+	fi
+	# apt's chatter goes to a log that is shown only when it fails.
+	local rc=0 log
+	log=$(mktemp)
+	as_root apt-get update -qq >"$log" 2>&1 || rc=$?
+	if [ "$rc" -eq 0 ]; then
+		as_root env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq --no-install-recommends "$@" >>"$log" 2>&1 || rc=$?
+	fi
+	if [ -n "$created" ]; then as_root rm -f "$policy"; fi
+	if [ "$rc" -ne 0 ]; then cat "$log" >&2; fi
+	rm -f "$log"
+	return "$rc"
+}
+
+pg_version() { ls /etc/postgresql 2>/dev/null | sort -V | tail -1; }
+
+pg_ready() { pg_isready -q -h "$PG_HOST" -p "$PG_PORT" >/dev/null 2>&1; }
+
+# wait_for runs a command until it succeeds, for at most $1 seconds.
+wait_for() {
+	local limit=$1; shift
+	local deadline=$((SECONDS + limit))
+	until "$@"; do
+		if [ "$SECONDS" -ge "$deadline" ]; then return 1; fi
+		sleep 0.2
+	done
+}
+
+psql_pg() { psql "$PG_URL" -XAtq -v ON_ERROR_STOP=1 "$@"; }
+
+# --- 1. PostgreSQL running on 127.0.0.1:5432 ---------------------------------
+if [ -z "$(pg_version)" ] || ! command -v pg_ctlcluster >/dev/null; then
+	apt_install postgresql postgresql-client || die "could not install postgresql"
+	step "postgresql: installed $(pg_version)"
+fi
+PG_VERSION=$(pg_version)
+[ -n "$PG_VERSION" ] || die "no cluster under /etc/postgresql"
+
+if pg_ready; then
+	step "postgresql: running on ${PG_HOST}:${PG_PORT}"
+else
+	as_root pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" main start
+	wait_for 60 pg_ready || die "postgresql ${PG_VERSION}/main did not answer on ${PG_HOST}:${PG_PORT}"
+	step "postgresql: started ${PG_VERSION}/main on ${PG_HOST}:${PG_PORT}"
+fi
+
+if ! psql_pg -c 'select 1' >/dev/null 2>&1; then
+	# The tests connect as postgres over loopback without a password (Debian's
+	# default asks for one): trust that one user on loopback only.
+	hba=$(as_pg psql -XAtq -c 'show hba_file') || die "cannot reach postgresql as the postgres user"
+	as_root sed -i "1i host all postgres 127.0.0.1/32 trust # added by fila scripts/setup.sh" "$hba"
+	as_pg psql -XAtq -c 'select pg_reload_conf()' >/dev/null
+	psql_pg -c 'select 1' >/dev/null || die "postgres@${PG_HOST}:${PG_PORT} still refuses to connect"
+	step "postgresql: trusted postgres@127.0.0.1 in $hba"
+fi
+
+# --- 2. settings for logical replication --------------------------------------
+changed=()
+wal_level=$(psql_pg -c 'show wal_level')
+if [ "$wal_level" != logical ]; then
+	psql_pg -c 'alter system set wal_level = logical' >/dev/null
+	changed+=("wal_level ${wal_level} -> logical")
+fi
+for name in max_replication_slots max_wal_senders; do
+	value=$(psql_pg -c "show ${name}")
+	if [ "$value" -lt 10 ]; then
+		psql_pg -c "alter system set ${name} = 10" >/dev/null
+		changed+=("${name} ${value} -> 10")
+	fi
+done
+if [ "${#changed[@]}" -eq 0 ]; then
+	step "postgresql: wal_level=logical, max_replication_slots and max_wal_senders >= 10 already"
+else
+	as_root pg_ctlcluster --skip-systemctl-redirect -m fast "$PG_VERSION" main restart
+	wait_for 60 pg_ready || die "postgresql did not come back after the restart"
+	[ "$(psql_pg -c 'show wal_level')" = logical ] || die "wal_level is still not logical after the restart"
+	step "postgresql: set $(IFS=,; echo "${changed[*]}" | sed 's/,/, /g'); restarted ${PG_VERSION}/main"
+fi
+
+# --- 3. pgbouncer installed ---------------------------------------------------
+find_pgbouncer() {
+	command -v pgbouncer 2>/dev/null || { [ -x /usr/sbin/pgbouncer ] && echo /usr/sbin/pgbouncer; }
+}
+PGBOUNCER=$(find_pgbouncer || true)
+if [ -n "$PGBOUNCER" ]; then
+	step "pgbouncer: installed ($("$PGBOUNCER" --version | head -1))"
+else
+	apt_install pgbouncer || die "could not install pgbouncer"
+	PGBOUNCER=$(find_pgbouncer) || die "pgbouncer installed but not found"
+	# Should a service have started anyway (no policy-rc.d honoured), stop it
+	# and keep it off so it never fights the shared PgBouncer for port 6432.
+	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		as_root systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+	fi
+	if [ -f /run/postgresql/pgbouncer.pid ]; then
+		as_root /etc/init.d/pgbouncer stop >/dev/null 2>&1 || true
+	fi
+	step "pgbouncer: installed ($("$PGBOUNCER" --version | head -1)), system service not running"
+fi
+
+# --- 4. shared PgBouncer on 127.0.0.1:6432 ------------------------------------
+bouncer_ok() { psql "$BOUNCER_URL" -XAtq -c 'select 1' >/dev/null 2>&1; }
+
+mkdir -p "$BOUNCER_DIR"
+if [ "$(id -u)" -eq 0 ]; then chown postgres:postgres "$BOUNCER_DIR"; fi
+ini="$BOUNCER_DIR/pgbouncer.ini"
+pidfile="$BOUNCER_DIR/pgbouncer.pid"
+new_ini=$(cat <<INI
+; Shared PgBouncer for Fila's test suite, written by scripts/setup.sh.
+[databases]
+* = host=${PG_HOST} port=${PG_PORT}
+
+[pgbouncer]
+listen_addr = ${PG_HOST}
+listen_port = ${BOUNCER_PORT}
+unix_socket_dir =
+auth_type = trust
+auth_file = ${BOUNCER_DIR}/userlist.txt
+admin_users = postgres
+pool_mode = transaction
+max_client_conn = 500
+default_pool_size = 20
+server_reset_query =
+ignore_startup_parameters = extra_float_digits,options
+logfile = ${BOUNCER_DIR}/pgbouncer.log
+pidfile = ${pidfile}
+INI
+)
+ini_changed=""
+if [ ! -f "$ini" ] || [ "$(cat "$ini")" != "$new_ini" ]; then
+	printf '%s\n' "$new_ini" | as_pg tee "$ini" >/dev/null
+	ini_changed=1
+fi
+userlist="$BOUNCER_DIR/userlist.txt"
+if [ "$(cat "$userlist" 2>/dev/null)" != '"postgres" ""' ]; then
+	printf '"postgres" ""\n' | as_pg tee "$userlist" >/dev/null
+	ini_changed=1
+fi
+
+running_pid=""
+if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+	running_pid=$(cat "$pidfile")
+fi
+if [ -n "$running_pid" ] && [ -n "$ini_changed" ]; then
+	as_root kill -HUP "$running_pid"
+	wait_for 30 bouncer_ok || die "shared pgbouncer did not answer after reloading $ini"
+	step "pgbouncer: config changed; reloaded the shared one (pid $running_pid)"
+elif bouncer_ok; then
+	step "pgbouncer: shared one answers on ${PG_HOST}:${BOUNCER_PORT}"
+else
+	if [ -n "$running_pid" ]; then
+		# Ours, alive but not answering: replace it.
+		as_root kill -KILL "$running_pid" || true
+		rm -f "$pidfile"
+	fi
+	if pg_isready -q -h "$PG_HOST" -p "$BOUNCER_PORT" >/dev/null 2>&1 ||
+		(exec 3<>"/dev/tcp/${PG_HOST}/${BOUNCER_PORT}") 2>/dev/null; then
+		die "something else listens on ${PG_HOST}:${BOUNCER_PORT} and does not serve ${BOUNCER_URL}"
+	fi
+	as_pg "$PGBOUNCER" -d "$ini" >/dev/null
+	wait_for 30 bouncer_ok || die "shared pgbouncer did not answer; see $BOUNCER_DIR/pgbouncer.log"
+	step "pgbouncer: started the shared one on ${PG_HOST}:${BOUNCER_PORT} (pid $(cat "$pidfile"), config $ini)"
+fi
+
+# --- 5. Go modules ------------------------------------------------------------
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null || die "go is not installed (expected on PATH or in /usr/local/go/bin)"
+go mod download
+if [ -f bench/peers/go.mod ]; then
+	(cd bench/peers && go mod download)
+	step "go: modules downloaded (main module, bench/peers)"
+else
+	step "go: modules downloaded (main module)"
+fi

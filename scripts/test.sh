@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# test.sh is the test command: what the README tells you to run and what CI
+# runs (.ci/run). It needs a Debian-like machine where scripts/setup.sh can
+# work (root, or sudo), and takes about ten minutes on two cores.
+#
+# Passes, each under its own header:
+#   1. scripts/setup.sh: PostgreSQL with wal_level=logical on 127.0.0.1:5432,
+#      the shared PgBouncer on 127.0.0.1:6432, Go modules.
+#   2. gofmt -l and go vet ./...
+#   3. go test -race ./... straight to PostgreSQL.
+#   4. go test ./... again with FILA_TEST_PGBOUNCER_URL set, so every test's
+#      main DSN goes through PgBouncer in transaction mode (listeners still use
+#      the direct DSN). Without -race: this pass is about the pooler, and the
+#      race detector has already run over the same code.
+#   5. bench/peers (a module of its own) when bench/peers/go.mod exists.
+#
+# A failed pass does not hide the others: all run, and the script ends with a
+# summary and a non-zero status if any failed. A failed setup stops at once.
+#
+# Environment: TEST_DATABASE_URL (direct admin DSN, default
+# postgres://postgres@127.0.0.1:5432/postgres) and FILA_TEST_PGBOUNCER_URL
+# (PgBouncer DSN for pass 4, default postgres://postgres@127.0.0.1:6432/postgres).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+
+BOUNCER_URL="${FILA_TEST_PGBOUNCER_URL:-postgres://postgres@127.0.0.1:6432/postgres}"
+failed=()
+
+header() { printf '\n==== %s ====\n' "$*"; }
+
+# pass runs one named pass, records a failure and carries on.
+pass() {
+	local name=$1; shift
+	header "$name"
+	local start=$SECONDS
+	if "$@"; then
+		printf -- '---- %s: ok (%ds)\n' "$name" $((SECONDS - start))
+	else
+		printf -- '---- %s: FAILED (%ds)\n' "$name" $((SECONDS - start))
+		failed+=("$name")
+	fi
+}
+
+lint() {
+	local unformatted
+	unformatted=$(gofmt -l .)
+	if [ -n "$unformatted" ]; then
+		printf 'gofmt: not formatted:\n%s\n' "$unformatted"
+		return 1
+	fi
+	go vet ./...
+}
+
+header "setup"
+scripts/setup.sh
+
+pass "gofmt and go vet" lint
+pass "go test -race (direct to PostgreSQL)" \
+	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 12m ./...
+pass "go test (main DSNs through PgBouncer)" \
+	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m ./...
+if [ -f bench/peers/go.mod ]; then
+	pass "bench/peers: go vet and go test" \
+		bash -c 'cd bench/peers && go vet ./... && go test -count=1 ./...'
+fi
+
+header "summary"
+if [ "${#failed[@]}" -gt 0 ]; then
+	printf 'failed: %s\n' "${failed[@]}"
+	exit 1
+fi
+printf 'all passes ok (%ds)\n' "$SECONDS"
