@@ -1,0 +1,130 @@
+package listener
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fila-run/fila/internal/channel"
+	"github.com/fila-run/fila/internal/pgconfig"
+)
+
+// Defaults and allowed ranges of Config.
+const (
+	PingIntervalDefault = 10 * time.Second
+	PingIntervalMin     = 100 * time.Millisecond
+	PingIntervalMax     = 10 * time.Minute
+
+	PingTimeoutDefault = 3 * time.Second
+	PingTimeoutMin     = 100 * time.Millisecond
+	PingTimeoutMax     = time.Minute
+
+	ReconnectMaxDefault = 5 * time.Second
+	ReconnectMaxMin     = reconnectInitial
+	ReconnectMaxMax     = 5 * time.Minute
+
+	// DefaultQueue is listened to when Config.Queues is empty.
+	DefaultQueue = "default"
+
+	// ApplicationName is set on the listener's connection unless the DSN sets
+	// one, so operators can find it in pg_stat_activity.
+	ApplicationName = "fila-listener"
+)
+
+// connectTimeoutDefault bounds each connection attempt when the DSN sets no
+// connect_timeout: a host that drops packets would otherwise hold an attempt
+// for minutes while the listener reports nothing.
+const connectTimeoutDefault = 10 * time.Second
+
+// Config configures a Listener.
+type Config struct {
+	// DSN leads straight to PostgreSQL, never to a transaction-mode pooler:
+	// LISTEN there silently receives nothing. Required.
+	DSN string
+	// Queues are listened to on the channels channel.ForQueue gives. Defaults
+	// to ["default"].
+	Queues []string
+	// PingInterval is how long the connection may stay silent before the
+	// listener checks it, which finds half-open connections. Between
+	// PingIntervalMin and PingIntervalMax. Defaults to PingIntervalDefault (10s).
+	PingInterval time.Duration
+	// PingTimeout bounds each health check and each setup statement. Between
+	// PingTimeoutMin and PingTimeoutMax. Defaults to PingTimeoutDefault (3s).
+	PingTimeout time.Duration
+	// ReconnectMax caps the delay between reconnect attempts. Between
+	// ReconnectMaxMin and ReconnectMaxMax. Defaults to ReconnectMaxDefault (5s).
+	ReconnectMax time.Duration
+	// Logger receives the listener's logs under the name "listener". Defaults
+	// to zap.NewNop().
+	Logger *zap.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if len(c.Queues) == 0 {
+		c.Queues = []string{DefaultQueue}
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = PingIntervalDefault
+	}
+	if c.PingTimeout == 0 {
+		c.PingTimeout = PingTimeoutDefault
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = ReconnectMaxDefault
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Validate reports the first field of c (with defaults applied) that cannot
+// be used, naming it and its allowed values.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	if c.DSN == "" {
+		return errors.New("listener: DSN is required (a direct PostgreSQL DSN, not a pooler)")
+	}
+	if _, err := pgconfig.Conn(c.DSN); err != nil {
+		return fmt.Errorf("listener: DSN: %w", err)
+	}
+	for _, q := range c.Queues {
+		if err := channel.ValidateQueue(q); err != nil {
+			return fmt.Errorf("listener: Queues: %w", err)
+		}
+	}
+	if err := checkRange("PingInterval", c.PingInterval, PingIntervalMin, PingIntervalMax); err != nil {
+		return err
+	}
+	if err := checkRange("PingTimeout", c.PingTimeout, PingTimeoutMin, PingTimeoutMax); err != nil {
+		return err
+	}
+	return checkRange("ReconnectMax", c.ReconnectMax, ReconnectMaxMin, ReconnectMaxMax)
+}
+
+func checkRange(field string, v, lo, hi time.Duration) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("listener: %s is %v; it must be between %v and %v", field, v, lo, hi)
+	}
+	return nil
+}
+
+// channels returns the distinct channels for queues, in their order.
+func channels(queues []string) ([]string, error) {
+	seen := make(map[string]bool, len(queues))
+	var out []string
+	for _, q := range queues {
+		ch, err := channel.ForQueue(q)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[ch] {
+			seen[ch] = true
+			out = append(out, ch)
+		}
+	}
+	return out, nil
+}

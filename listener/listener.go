@@ -1,0 +1,200 @@
+package listener
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/fila-run/fila/internal/pgconfig"
+)
+
+const (
+	// sqlBackendPID is compared with the pid in the connection's key data to
+	// find a pooler in the way.
+	sqlBackendPID = `SELECT pg_backend_pid()`
+	// sqlListeningChannels pings the server and proves the LISTENs are still
+	// in place in one round trip.
+	sqlListeningChannels = `SELECT array(SELECT pg_listening_channels())`
+)
+
+// Listener is the NOTIFY wake source: one dedicated connection straight to
+// PostgreSQL that LISTENs on the queues' channels. It never opens a
+// transaction (a listener inside a transaction holds back the notification
+// queue for the whole instance) and never waits on its consumers.
+type Listener struct {
+	*state
+	cfg      Config
+	channels []string
+}
+
+var _ Source = (*Listener)(nil)
+
+// New returns a Listener for cfg (defaults applied), or the error Validate
+// finds. It does not connect; Run does.
+func New(cfg Config) (*Listener, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	chs, err := channels(cfg.Queues)
+	if err != nil {
+		return nil, fmt.Errorf("listener: Queues: %w", err)
+	}
+	return &Listener{
+		state:    newState(cfg.Logger.Named("listener")),
+		cfg:      cfg,
+		channels: chs,
+	}, nil
+}
+
+// Wakes is signalled, coalescing, on each notification and after every
+// (re)connect.
+func (l *Listener) Wakes() <-chan struct{} { return l.wakes }
+
+// Ready is closed once the first LISTEN on every channel is confirmed.
+func (l *Listener) Ready() <-chan struct{} { return l.ready }
+
+// Healthy reports whether the listener is connected, listening on all its
+// channels, and its last ping was answered.
+func (l *Listener) Healthy() bool { return l.healthy.Load() }
+
+// HealthChanges is signalled, coalescing, whenever Healthy flips.
+func (l *Listener) HealthChanges() <-chan struct{} { return l.healthChanges }
+
+// Stats returns the listener's counters.
+func (l *Listener) Stats() Stats { return l.stats() }
+
+// Run listens until ctx is cancelled, reconnecting with backoff whenever the
+// connection is lost. It returns nil on cancellation, and an error only when
+// the DSN cannot be used: it does not parse, or it leads to a pooler.
+func (l *Listener) Run(ctx context.Context) error {
+	connCfg, err := pgconfig.Conn(l.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("listener: DSN: %w", err)
+	}
+	if _, ok := connCfg.RuntimeParams["application_name"]; !ok {
+		connCfg.RuntimeParams["application_name"] = ApplicationName
+	}
+	if connCfg.ConnectTimeout == 0 {
+		connCfg.ConnectTimeout = connectTimeoutDefault
+	}
+	return l.loop(ctx, l.cfg.ReconnectMax, func(ctx context.Context) (session, error) {
+		return l.connect(ctx, connCfg)
+	})
+}
+
+// connect opens the connection, makes sure it reaches PostgreSQL itself, and
+// LISTENs on every channel, confirming each with pg_listening_channels.
+func (l *Listener) connect(ctx context.Context, connCfg *pgx.ConnConfig) (session, error) {
+	conn, err := pgx.ConnectConfig(ctx, connCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			closeConn(conn)
+		}
+	}()
+
+	if err := checkDirect(ctx, conn, l.cfg.PingTimeout); err != nil {
+		return nil, err
+	}
+	for _, ch := range l.channels {
+		if err := l.exec(ctx, conn, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", ch, err)
+		}
+	}
+	if err := l.check(ctx, conn); err != nil {
+		return nil, err
+	}
+	l.log.Info("listening", zap.Strings("channels", l.channels), zap.Uint32("backend_pid", conn.PgConn().PID()))
+	ok = true
+	return func(ctx context.Context) error {
+		defer closeConn(conn)
+		return l.serve(ctx, conn)
+	}, nil
+}
+
+// serve reads notifications until the connection fails or ctx ends. After
+// PingInterval without traffic it checks the connection, which is how a
+// half-open TCP connection is found.
+func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, l.cfg.PingInterval)
+		n, err := conn.WaitForNotification(wctx)
+		idle := wctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			l.events.Add(1)
+			l.log.Debug("notification", zap.String("channel", n.Channel), zap.String("payload", n.Payload))
+			l.wake()
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case idle:
+			if err := l.check(ctx, conn); err != nil {
+				return err
+			}
+			l.log.Debug("health check answered")
+		default:
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+	}
+}
+
+// check pings the server and verifies it still listens on every channel.
+func (l *Listener) check(ctx context.Context, conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+	defer cancel()
+	var got []string
+	if err := conn.QueryRow(ctx, sqlListeningChannels).Scan(&got); err != nil {
+		return fmt.Errorf("health check: %w", err)
+	}
+	var missing []string
+	for _, ch := range l.channels {
+		if !slices.Contains(got, ch) {
+			missing = append(missing, ch)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("health check: the connection does not listen on %v", missing)
+	}
+	return nil
+}
+
+func (l *Listener) exec(ctx context.Context, conn *pgx.Conn, sql string) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+	defer cancel()
+	_, err := conn.Exec(ctx, sql)
+	return err
+}
+
+// checkDirect refuses a connection that goes through a pooler. PgBouncer
+// answers the startup with BackendKeyData of its own, so the pid the
+// connection was given differs from the backend's real pid.
+func checkDirect(ctx context.Context, conn *pgx.Conn, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var pid int32
+	if err := conn.QueryRow(ctx, sqlBackendPID).Scan(&pid); err != nil {
+		return fmt.Errorf("read backend pid: %w", err)
+	}
+	if keyPID := conn.PgConn().PID(); uint32(pid) != keyPID {
+		return fatal(fmt.Errorf("%w: LISTEN through a transaction-mode pooler silently receives nothing; "+
+			"point the listen DSN at PostgreSQL directly (pg_backend_pid() is %d but the connection's key data says %d, "+
+			"as when PgBouncer answers)", ErrPooler, pid, keyPID))
+	}
+	return nil
+}
+
+// closeConn closes conn without waiting long for a server that may be gone.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}

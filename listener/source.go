@@ -1,0 +1,220 @@
+package listener
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.uber.org/zap"
+)
+
+// Source is a wake source: it tells claimers "there may be work, claim from
+// the head of the queue".
+type Source interface {
+	// Run blocks until ctx is cancelled, then returns nil. It returns an error
+	// only when it cannot go on at all (an invalid DSN, a pooler in the way,
+	// a server that cannot do what the source needs); transient failures are
+	// retried forever.
+	Run(ctx context.Context) error
+	// Wakes has capacity 1 and coalesces: a send on a full channel is dropped.
+	// It is signalled on each event and right after every (re)connect, since
+	// events sent during a gap are gone.
+	Wakes() <-chan struct{}
+	// Ready is closed once the source first listens, so a claim scan started
+	// after it misses nothing.
+	Ready() <-chan struct{}
+	// Healthy reports whether the source is connected, listening, and its
+	// last health check was answered.
+	Healthy() bool
+	// HealthChanges has capacity 1 and coalesces; it is signalled whenever
+	// Healthy flips.
+	HealthChanges() <-chan struct{}
+}
+
+// Stats is a snapshot of a source's counters, for the stats command and logs.
+type Stats struct {
+	Notifications uint64 // events received (NOTIFYs, or transactions with inserts for WAL)
+	Reconnects    uint64 // successful connects after a lost connection
+	Healthy       bool
+	LastError     string // the last connection or health-check error; empty if none yet
+}
+
+// ErrPooler is wrapped by the error Run returns when the DSN leads to a
+// connection pooler instead of PostgreSQL itself.
+var ErrPooler = errors.New("listener: connection goes through a pooler")
+
+// reconnectInitial is the first reconnect delay; ReconnectMax caps the rest.
+const reconnectInitial = 100 * time.Millisecond
+
+// fatalError marks a connect error that retrying cannot fix; the loop returns
+// the wrapped error from Run.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+func fatal(err error) error { return &fatalError{err: err} }
+
+// state is what both sources share: the wake and health signals, the
+// counters, and the reconnect loop.
+type state struct {
+	log *zap.Logger
+
+	wakes         chan struct{}
+	ready         chan struct{}
+	readyOnce     sync.Once
+	healthChanges chan struct{}
+	healthy       atomic.Bool
+	running       atomic.Bool
+
+	events     atomic.Uint64
+	reconnects atomic.Uint64
+
+	mu        sync.Mutex
+	lastError string
+}
+
+func newState(log *zap.Logger) *state {
+	return &state{
+		log:           log,
+		wakes:         make(chan struct{}, 1),
+		ready:         make(chan struct{}),
+		healthChanges: make(chan struct{}, 1),
+	}
+}
+
+// wake signals claimers without ever blocking: one pending wake is enough.
+func (s *state) wake() {
+	select {
+	case s.wakes <- struct{}{}:
+	default:
+	}
+}
+
+func (s *state) setHealthy(h bool) {
+	if s.healthy.Swap(h) != h {
+		select {
+		case s.healthChanges <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *state) setLastError(err error) {
+	s.mu.Lock()
+	s.lastError = err.Error()
+	s.mu.Unlock()
+}
+
+func (s *state) stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		Notifications: s.events.Load(),
+		Reconnects:    s.reconnects.Load(),
+		Healthy:       s.healthy.Load(),
+		LastError:     s.lastError,
+	}
+}
+
+// session is one live connection, returned by a successful connect. serve
+// reads events until the connection fails or ctx ends, and closes it.
+type session func(ctx context.Context) error
+
+// loop connects, serves, and reconnects with exponential backoff until ctx is
+// cancelled. connect returns an error wrapped by fatal when retrying cannot
+// help; that error is returned from Run.
+func (s *state) loop(ctx context.Context, reconnectMax time.Duration, connect func(context.Context) (session, error)) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("listener: Run is already running")
+	}
+	defer s.running.Store(false)
+	defer s.setHealthy(false)
+
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = reconnectInitial
+	bo.MaxInterval = reconnectMax
+	bo.MaxElapsedTime = 0 // the default gives up after 15 minutes; a worker never should
+	b := backoff.WithContext(bo, ctx)
+
+	var (
+		everConnected bool
+		lostAt        time.Time
+		attempt       int
+	)
+	for {
+		serve, err := connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if fe := (*fatalError)(nil); errors.As(err, &fe) {
+				s.setLastError(fe.err)
+				return fe.err
+			}
+			s.setLastError(err)
+			s.setHealthy(false)
+			attempt++
+			delay := b.NextBackOff()
+			if delay == backoff.Stop {
+				return nil
+			}
+			s.log.Warn("connect failed; retrying",
+				zap.Int("attempt", attempt), zap.Duration("next_delay", delay), zap.Error(err))
+			if !sleep(ctx, delay) {
+				return nil
+			}
+			continue
+		}
+
+		if everConnected {
+			s.reconnects.Add(1)
+			s.log.Info("reconnected", zap.Duration("gap", time.Since(lostAt)), zap.Int("failed_attempts", attempt))
+		}
+		everConnected = true
+		attempt = 0
+		s.setHealthy(true)
+		// Wake before Ready closes: whoever waits on Ready finds the catch-up
+		// wake already there, and after a reconnect it covers the gap.
+		s.wake()
+		s.readyOnce.Do(func() { close(s.ready) })
+
+		start := time.Now()
+		err = serve(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		lostAt = time.Now()
+		s.setLastError(err)
+		s.setHealthy(false)
+		// Reset the backoff only after a session that lasted: a server that
+		// accepts connections and drops them at once must not be reconnected
+		// to every 100 ms forever.
+		if time.Since(start) >= reconnectMax {
+			b.Reset()
+		}
+		delay := b.NextBackOff()
+		if delay == backoff.Stop {
+			return nil
+		}
+		s.log.Warn("connection lost; reconnecting", zap.Duration("next_delay", delay), zap.Error(err))
+		if !sleep(ctx, delay) {
+			return nil
+		}
+	}
+}
+
+// sleep waits d, or returns false as soon as ctx is done.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
