@@ -1,0 +1,210 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/fila-run/fila/fallbackpoll"
+	"github.com/fila-run/fila/internal/channel"
+)
+
+// Mode selects how workers learn that there is work.
+type Mode string
+
+const (
+	// ModeNotify wakes claimers from LISTEN on a dedicated connection, with a
+	// slow safety poll. The default.
+	ModeNotify Mode = "notify"
+	// ModePoll polls with an idle backoff and holds no dedicated connection.
+	ModePoll Mode = "poll"
+	// ModeWAL wakes claimers from logical replication of inserts into
+	// fila_jobs: producers' commits take no NOTIFY lock.
+	ModeWAL Mode = "wal"
+)
+
+// Defaults and limits of Config.
+const (
+	ConcurrencyDefault   = 20
+	ConcurrencyMax       = 10000
+	LeaseDefault         = 30 * time.Second
+	LeaseMin             = 500 * time.Millisecond
+	LeaseMax             = time.Hour
+	ClaimBatchDefault    = 1000
+	RetryBaseDefault     = time.Second
+	RetryMaxDefault      = time.Hour
+	RetentionDefault     = 24 * time.Hour
+	HardStopGraceDefault = 5 * time.Second
+)
+
+// Handler runs one attempt of a job. Returning nil completes the job; an
+// error schedules a retry with backoff (or marks the job dead once its
+// attempts are spent); an error wrapped with Permanent marks it dead at once.
+// A panic is recovered and recorded like an error. ctx is cancelled when the
+// kind's timeout passes, when the worker lost the job's lease, and at a hard
+// stop.
+type Handler func(ctx context.Context, job *Job) error
+
+// Kind registers a handler for one job kind.
+type Kind struct {
+	// Name is the value of fila_jobs.kind this handler runs.
+	Name    string
+	Handler Handler
+	// Timeout cancels the handler's context after this long. Defaults to 0:
+	// no timeout of its own (the lease is kept alive by heartbeats).
+	Timeout time.Duration
+}
+
+// Config configures a Runtime. The zero value of every field but DSN (or
+// Pool) and Kinds is usable.
+type Config struct {
+	// DSN is the main connection string. It may point at PgBouncer in
+	// transaction mode: Fila keeps no session state there and uses no named
+	// prepared statements. Required unless Pool is set.
+	DSN string
+	// ListenDSN is the dedicated listener's connection string; it must reach
+	// PostgreSQL directly. Defaults to DSN.
+	ListenDSN string
+	// Pool, if set, is used instead of opening one from DSN; Fila does not close it.
+	Pool *pgxpool.Pool
+	// Queues are the queues this runtime works. Defaults to ["default"].
+	Queues []string
+	// Kinds are the job kinds this runtime handles. Required.
+	Kinds []Kind
+	// Concurrency is how many handlers run at once. Defaults to
+	// ConcurrencyDefault; allowed 1 to ConcurrencyMax.
+	Concurrency int
+	// Mode is how workers learn of new jobs. Defaults to ModeNotify.
+	Mode Mode
+	// Lease is how long a claimed job stays this worker's without a
+	// heartbeat; a crashed worker's job runs again after at most this long.
+	// Defaults to LeaseDefault; allowed LeaseMin to LeaseMax.
+	Lease time.Duration
+	// HeartbeatInterval is how often leases of running jobs are extended.
+	// Defaults to Lease/3.
+	HeartbeatInterval time.Duration
+	// Poll configures the safety poll, the pure-poll backoff and the timer for
+	// scheduled jobs. Defaults to fallbackpoll's defaults (safety poll 30s).
+	Poll fallbackpoll.Config
+	// ClaimBatch caps the jobs one claim statement takes. Defaults to
+	// ClaimBatchDefault.
+	ClaimBatch int
+	// RetryBase and RetryMax shape the retry backoff: RetryBase·2^(attempt-1),
+	// jittered, capped at RetryMax. Default to RetryBaseDefault and RetryMaxDefault.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	// Retention is how long completed jobs are kept before being deleted in
+	// small batches. Defaults to RetentionDefault; a negative value keeps them.
+	Retention time.Duration
+	// HardStopGrace is how long a hard stop waits for cancelled handlers to
+	// return before abandoning them to their leases. Defaults to HardStopGraceDefault.
+	HardStopGrace time.Duration
+	// Logger defaults to zap.NewNop().
+	Logger *zap.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.ListenDSN == "" {
+		c.ListenDSN = c.DSN
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []string{"default"}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = ConcurrencyDefault
+	}
+	if c.Mode == "" {
+		c.Mode = ModeNotify
+	}
+	if c.Lease == 0 {
+		c.Lease = LeaseDefault
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.Lease / 3
+	}
+	c.Poll.PurePoll = c.Mode == ModePoll
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	c.Poll.Logger = c.Logger
+	c.Poll = c.Poll.WithDefaults()
+	if c.ClaimBatch == 0 {
+		c.ClaimBatch = ClaimBatchDefault
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = RetryBaseDefault
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = RetryMaxDefault
+	}
+	if c.Retention == 0 {
+		c.Retention = RetentionDefault
+	}
+	if c.HardStopGrace == 0 {
+		c.HardStopGrace = HardStopGraceDefault
+	}
+	return c
+}
+
+// Validate returns an error naming the first field out of range.
+func (c Config) Validate() error {
+	if c.DSN == "" && c.Pool == nil {
+		return errors.New("DSN is empty and no Pool is set: give the database to work")
+	}
+	if c.Mode != ModePoll && c.ListenDSN == "" {
+		return fmt.Errorf("ListenDSN is empty: mode %q needs a direct connection (or use mode %q)", c.Mode, ModePoll)
+	}
+	switch c.Mode {
+	case ModeNotify, ModePoll, ModeWAL:
+	default:
+		return fmt.Errorf("Mode %q is unknown: use %q, %q or %q", c.Mode, ModeNotify, ModePoll, ModeWAL)
+	}
+	for _, q := range c.Queues {
+		if err := channel.ValidateQueue(q); err != nil {
+			return fmt.Errorf("Queues: %w", err)
+		}
+	}
+	if len(c.Kinds) == 0 {
+		return errors.New("Kinds is empty: register at least one handler")
+	}
+	seen := map[string]bool{}
+	for _, k := range c.Kinds {
+		if k.Name == "" {
+			return errors.New("Kinds: a kind has an empty Name")
+		}
+		if k.Handler == nil {
+			return fmt.Errorf("Kinds: kind %q has no Handler", k.Name)
+		}
+		if seen[k.Name] {
+			return fmt.Errorf("Kinds: kind %q is registered twice", k.Name)
+		}
+		if k.Timeout < 0 {
+			return fmt.Errorf("Kinds: kind %q has a negative Timeout", k.Name)
+		}
+		seen[k.Name] = true
+	}
+	if c.Concurrency < 1 || c.Concurrency > ConcurrencyMax {
+		return fmt.Errorf("Concurrency %d out of range: allowed 1 to %d", c.Concurrency, ConcurrencyMax)
+	}
+	if c.Lease < LeaseMin || c.Lease > LeaseMax {
+		return fmt.Errorf("Lease %s out of range: allowed %s to %s", c.Lease, LeaseMin, LeaseMax)
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.Lease/2 {
+		return fmt.Errorf("HeartbeatInterval %s out of range: allowed up to half the Lease (%s)", c.HeartbeatInterval, c.Lease/2)
+	}
+	if err := c.Poll.Validate(); err != nil {
+		return fmt.Errorf("Poll: %w", err)
+	}
+	if c.ClaimBatch < 1 || c.ClaimBatch > 10000 {
+		return fmt.Errorf("ClaimBatch %d out of range: allowed 1 to 10000", c.ClaimBatch)
+	}
+	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
+		return fmt.Errorf("RetryBase %s / RetryMax %s: need 0 < RetryBase <= RetryMax", c.RetryBase, c.RetryMax)
+	}
+	return nil
+}

@@ -1,0 +1,18 @@
+// Package runtime is Fila's public entry: configuration, the handler registry,
+// Run and Stop, and the insert API (also inside a caller's pgx.Tx).
+//
+// A job is a row of fila_jobs. An insert trigger notifies a channel per queue
+// with the job id; a dedicated listener connection wakes the claimers; one
+// statement claims a batch with FOR UPDATE SKIP LOCKED; handlers run in a
+// bounded pool while heartbeats keep their leases; outcomes are written in
+// batches, fenced on the attempt. A slow safety poll and a timer for the next
+// scheduled run_at catch whatever no notification announced.
+//
+// Delivery is at least once: a worker can die after a handler's side effect
+// and before its completion is written. Job.IdempotencyKey gives handlers a
+// stable key for external effects, and CompleteTx completes a job inside the
+// handler's own transaction when the effect lives in the same database.
+//
+// The package shares its name with the standard library's runtime; import the
+// standard one as goruntime where both are needed.
+package runtime

@@ -1,0 +1,88 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/fila-run/fila/claimer"
+)
+
+// Job is one attempt of a job, as a handler sees it.
+type Job struct {
+	ID          int64
+	Queue       string
+	Kind        string
+	Payload     json.RawMessage
+	Priority    int16
+	Attempt     int // 1 on the first attempt
+	MaxAttempts int
+	CreatedAt   time.Time
+
+	completedInTx atomic.Bool
+}
+
+// IdempotencyKey is a key for the job's external effects that stays the same
+// across attempts, so a payment gateway or a unique constraint can turn a
+// second delivery of the same job into a no-op.
+func (j *Job) IdempotencyKey() string { return "fila-job-" + strconv.FormatInt(j.ID, 10) }
+
+// Decode unmarshals the payload into v. A payload that does not fit is a
+// permanent error: retrying cannot fix it.
+func (j *Job) Decode(v any) error {
+	if err := json.Unmarshal(j.Payload, v); err != nil {
+		return Permanent(fmt.Errorf("payload of job %d (kind %q) does not decode: %w", j.ID, j.Kind, err))
+	}
+	return nil
+}
+
+func (j *Job) attempt() claimer.Attempt { return claimer.Attempt{ID: j.ID, Attempt: j.Attempt} }
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so the job goes to dead at once, with err as its
+// last_error, instead of being retried.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was wrapped with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+// ErrLeaseLost is the cause of a handler's context cancellation when the
+// worker no longer owns the attempt (its lease expired and the job was
+// rescued, or a heartbeat could not be written in time). The handler should
+// stop; its result will be rejected.
+var ErrLeaseLost = errors.New("fila: lease lost; another worker may run this job")
+
+// ErrShutdown is the cause of a handler's context cancellation at a hard stop.
+var ErrShutdown = errors.New("fila: worker shutting down")
+
+// CompleteTx marks job completed inside tx, the handler's own transaction, so
+// the handler's effect and the completion commit together or not at all. It
+// returns an error wrapping claimer.ErrNotOwner when the attempt is no longer
+// this worker's; roll tx back then. Once CompleteTx succeeded the runtime
+// writes nothing more for the attempt, so a handler that calls it must commit
+// tx before returning nil (a rolled-back completion leaves the job to be
+// rescued when its lease expires, and run again).
+func CompleteTx(ctx context.Context, tx claimer.DB, job *Job) error {
+	if err := claimer.CompleteTx(ctx, tx, job.attempt()); err != nil {
+		return err
+	}
+	job.completedInTx.Store(true)
+	return nil
+}

@@ -1,0 +1,102 @@
+package runtime_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/fila-run/fila/fallbackpoll"
+	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/migrations"
+	"github.com/fila-run/fila/runtime"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgxpool's background health check of the shared admin pool in testdb.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
+	)
+}
+
+// newDB returns a migrated database of the test's own.
+func testdbNew(t *testing.T) *testdb.DB { return testdb.New(t) }
+
+func newDB(t *testing.T) *testdb.DB {
+	t.Helper()
+	db := testdb.New(t)
+	_, err := migrations.Migrate(context.Background(), db.Pool)
+	require.NoError(t, err)
+	return db
+}
+
+// baseConfig is a runtime on db with a fast retry backoff for tests.
+func baseConfig(t *testing.T, db *testdb.DB, kinds ...runtime.Kind) runtime.Config {
+	return runtime.Config{
+		DSN: db.DSN, ListenDSN: db.DirectDSN, Kinds: kinds,
+		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		Poll:   fallbackpoll.Config{SafetyPoll: 10 * time.Minute},
+		Logger: zaptest.NewLogger(t),
+	}
+}
+
+// start runs a runtime until the test ends (stopping it gracefully) and
+// waits until it is ready.
+func start(t *testing.T, cfg runtime.Config) *runtime.Runtime {
+	t.Helper()
+	rt, err := runtime.New(cfg)
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() { errc <- rt.Run(context.Background()) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Stop(ctx)
+		require.NoError(t, <-errc)
+	})
+	select {
+	case <-rt.Ready():
+	case err := <-errc:
+		t.Fatalf("runtime stopped before ready: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("runtime not ready after 15s")
+	}
+	return rt
+}
+
+// waitFor polls cond until it holds or the time is up.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// jobState reads one job's state, attempts and last_error.
+func jobState(t *testing.T, db *testdb.DB, id int64) (state string, attempts int, lastErr string) {
+	t.Helper()
+	var le *string
+	err := db.Pool.QueryRow(context.Background(),
+		"SELECT state, attempts, last_error FROM fila_jobs WHERE id = $1::bigint", id).Scan(&state, &attempts, &le)
+	require.NoError(t, err)
+	if le != nil {
+		lastErr = *le
+	}
+	return state, attempts, lastErr
+}
+
+func countState(t *testing.T, db *testdb.DB, state string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM fila_jobs WHERE state = $1::text", state).Scan(&n))
+	return n
+}
