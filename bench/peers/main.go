@@ -1,0 +1,284 @@
+// Command peers runs Fila's benchmark scenarios — pickup latency at steady
+// insert rates and drain throughput — on River and gue, and prints them side
+// by side with Fila's own `fila bench` run on the same machine and database
+// server. It lives in a module of its own so that the main module never
+// depends on either peer.
+//
+//	cd bench/peers && go run . [--rates 10,100,1000] [--duration 5s] [--json out.json] [--chart cdf.svg]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vgarvardt/gue/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/fila-run/fila/bench"
+)
+
+// defaultDSN is used when neither --dsn, FILA_DSN nor DATABASE_URL says otherwise.
+const defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres"
+
+// options are the command line's settings.
+type options struct {
+	dsn        string
+	rates      []int
+	duration   time.Duration
+	drainJobs  int
+	gueWorkers int
+	scenarios  map[string]bool
+	systems    map[string]bool
+	jsonPath   string
+	chartPath  string
+	withFila   bool
+	repoRoot   string
+}
+
+// runner carries what every scenario needs.
+type runner struct {
+	adminDSN string
+	log      *zap.Logger
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		return 2
+	}
+	log := newLogger()
+	defer func() { _ = log.Sync() }()
+
+	// Ctrl-C cancels the scenario in progress; its deferred DROP DATABASE
+	// still runs on a context of its own. A second Ctrl-C kills at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }()
+
+	r := &runner{adminDSN: o.dsn, log: log}
+	out, failed := r.runPeers(ctx, o)
+	if ctx.Err() != nil {
+		log.Warn("interrupted; printing what finished")
+		_ = printResults(os.Stdout, out, nil, "")
+		return 130
+	}
+
+	var fila *results
+	filaNote := ""
+	if o.withFila {
+		fila, err = runFila(ctx, o, log)
+		if err != nil {
+			filaNote = "Fila's own benchmark was not run (" + err.Error() + "); the peers are shown alone."
+			log.Warn("fila bench unavailable", zap.Error(err))
+		}
+	}
+	if err := printResults(os.Stdout, out, fila, filaNote); err != nil {
+		log.Error("print results", zap.Error(err))
+		return 1
+	}
+	merged := out.merge(fila)
+	if o.jsonPath != "" {
+		if err := writeJSON(o.jsonPath, merged); err != nil {
+			log.Error("write JSON", zap.Error(err))
+			return 1
+		}
+	}
+	if o.chartPath != "" {
+		if err := writeCharts(o.chartPath, merged.Latency, o.rates); err != nil {
+			log.Error("write chart", zap.Error(err))
+			return 1
+		}
+	}
+	if failed > 0 {
+		log.Error("some scenarios failed", zap.Int("failed", failed))
+		return 1
+	}
+	return 0
+}
+
+// runPeers runs every selected scenario for every peer configuration, going
+// on past a failed scenario so that one broken configuration still leaves the
+// others' numbers. It returns the results and how many scenarios failed.
+func (r *runner) runPeers(ctx context.Context, o options) (*results, int) {
+	out := &results{Machine: describe(ctx, o.dsn)}
+	r.log.Info("machine", zap.String("machine", out.Machine))
+	failed := 0
+	if o.scenarios["latency"] {
+		specs := latencySpecs(o.gueWorkers, r.log)
+		for _, rate := range o.rates {
+			for _, s := range specs {
+				if !o.systems[s.system] {
+					continue
+				}
+				if ctx.Err() != nil {
+					return out, failed
+				}
+				begin := time.Now()
+				res, err := r.runLatency(ctx, s, rate, o.duration)
+				if err != nil {
+					failed++
+					r.log.Error("latency scenario failed", zap.String("system", s.system), zap.String("mode", s.mode), zap.Int("rate", rate), zap.Error(err))
+					continue
+				}
+				r.log.Info(fmt.Sprintf("latency %-5s %-10s %5d/s: p50 %s ms, p99 %s ms, max %s ms, %d jobs, %d lost (%.1fs)",
+					s.system, s.mode, rate, fmtMs(res.P50Ms), fmtMs(res.P99Ms), fmtMs(res.MaxMs), res.Count, res.Lost, time.Since(begin).Seconds()))
+				out.Latency = append(out.Latency, res)
+			}
+		}
+	}
+	if o.scenarios["drain"] {
+		for _, candidates := range drainSpecs(o.gueWorkers, r.log) {
+			var best *bench.ThroughputResult
+			for _, s := range candidates {
+				if !o.systems[s.system] {
+					continue
+				}
+				if ctx.Err() != nil {
+					return out, failed
+				}
+				res, err := r.runDrain(ctx, s, o.drainJobs)
+				if err != nil {
+					failed++
+					r.log.Error("drain scenario failed", zap.String("system", s.system), zap.String("mode", s.mode), zap.Error(err))
+					continue
+				}
+				r.log.Info(fmt.Sprintf("drain   %-5s %-16s %6d jobs in %.2fs: %.0f jobs/s",
+					s.system, s.mode, res.Jobs, res.Seconds, res.JobsPerSec))
+				if best == nil || res.JobsPerSec > best.JobsPerSec {
+					best = &res
+				}
+			}
+			if best != nil {
+				out.Throughput = append(out.Throughput, *best)
+			}
+		}
+	}
+	return out, failed
+}
+
+// latencySpecs are the configurations measured for pickup latency. River
+// keeps its defaults except for the queue's 100 workers; "tuned-10ms" lowers
+// only FetchCooldown, which is what bounds River's pickup after a NOTIFY.
+// gue cannot be woken: it only polls, at its default interval or at 50 ms.
+func latencySpecs(gueWorkers int, log *zap.Logger) []spec {
+	return []spec{
+		riverSpec("default", 100, 0),
+		riverSpec("tuned-10ms", 100, 10*time.Millisecond),
+		gueSpec("default", gueWorkers, 0, "", log),
+		gueSpec("poll-50ms", gueWorkers, 50*time.Millisecond, "", log),
+	}
+}
+
+// drainSpecs are the drain configurations, in groups: each group yields one
+// result, the best of its candidates, named by its settings. The tuned
+// groups try a few worker counts, because the best count depends on the
+// machine. River's tuned candidates shorten FetchCooldown, which caps a
+// queue at MaxWorkers jobs per cooldown. gue's switch to the run_at poll
+// strategy: its default orders by priority alone, which the
+// (queue, run_at, priority) index cannot serve, so every lock sorts the
+// whole backlog (about 20 ms at 20 000 rows) and a drain slows with the
+// square of its size.
+func drainSpecs(gueWorkers int, log *zap.Logger) [][]spec {
+	var riverTuned, gueTuned []spec
+	for _, w := range []int{200, 500, 1000} {
+		riverTuned = append(riverTuned, riverSpec(fmt.Sprintf("tuned-%dw-1ms", w), w, time.Millisecond))
+	}
+	for _, w := range []int{gueWorkers, 2 * gueWorkers} {
+		gueTuned = append(gueTuned, gueSpec(fmt.Sprintf("tuned-runat-%dw-10ms", w), w, 10*time.Millisecond, gue.RunAtPollStrategy, log))
+	}
+	return [][]spec{
+		{riverSpec("default", 100, 0)},
+		riverTuned,
+		{gueSpec("default", gueWorkers, 0, "", log)},
+		gueTuned,
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
+	var o options
+	var rates, scenarios, systems string
+	fs.StringVar(&o.dsn, "dsn", envOr(defaultDSN, "FILA_DSN", "DATABASE_URL"),
+		"PostgreSQL URL of a database to connect to for CREATE/DROP DATABASE (default $FILA_DSN, $DATABASE_URL, else "+defaultDSN+")")
+	fs.StringVar(&rates, "rates", "10,100,1000", "comma-separated insert rates, jobs/s, for the latency scenario")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "how long the producer runs at each rate")
+	fs.IntVar(&o.drainJobs, "drain-jobs", 20000, "jobs inserted before each drain")
+	fs.IntVar(&o.gueWorkers, "gue-workers", 10, "gue WorkerPool size (one connection each); the tuned drain also tries twice as many")
+	fs.StringVar(&scenarios, "scenarios", "latency,drain", "comma-separated scenarios to run: latency, drain")
+	fs.StringVar(&systems, "systems", "river,gue", "comma-separated peers to run: river, gue")
+	fs.StringVar(&o.jsonPath, "json", "", "write all results, Fila's included, to this JSON file")
+	fs.StringVar(&o.chartPath, "chart", "", "write the latency CDF chart to this SVG file (and one per rate beside it)")
+	fs.BoolVar(&o.withFila, "with-fila", true, "also run `go run ./cmd/fila bench` from the repository root and compare")
+	fs.StringVar(&o.repoRoot, "repo", "../..", "the Fila repository root, for --with-fila")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	for _, f := range strings.Split(rates, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || n > 100000 {
+			return o, fmt.Errorf("--rates: %q is not a rate between 1 and 100000", f)
+		}
+		o.rates = append(o.rates, n)
+	}
+	o.scenarios = map[string]bool{}
+	for _, f := range strings.Split(scenarios, ",") {
+		f = strings.TrimSpace(f)
+		if f != "latency" && f != "drain" {
+			return o, fmt.Errorf("--scenarios: unknown scenario %q (want latency, drain)", f)
+		}
+		o.scenarios[f] = true
+	}
+	o.systems = map[string]bool{}
+	for _, f := range strings.Split(systems, ",") {
+		f = strings.TrimSpace(f)
+		if f != "river" && f != "gue" {
+			return o, fmt.Errorf("--systems: unknown system %q (want river, gue)", f)
+		}
+		o.systems[f] = true
+	}
+	if o.duration < 100*time.Millisecond {
+		return o, errors.New("--duration must be at least 100ms")
+	}
+	if o.drainJobs < 1 {
+		return o, errors.New("--drain-jobs must be at least 1")
+	}
+	if o.gueWorkers < 1 || o.gueWorkers > 50 {
+		return o, errors.New("--gue-workers must be between 1 and 50 (each holds a connection)")
+	}
+	return o, nil
+}
+
+func envOr(def string, names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return def
+}
+
+// newLogger writes progress to stderr in zap's console format, so stdout
+// carries only the tables.
+func newLogger() *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	enc.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.InfoLevel)
+	return zap.New(core).Named("peers")
+}
