@@ -101,7 +101,7 @@ func (l *Listener) connect(ctx context.Context, connCfg *pgx.ConnConfig) (sessio
 		}
 	}()
 
-	if err := checkDirect(ctx, conn, l.cfg.PingTimeout); err != nil {
+	if err := checkDirect(ctx, conn, l.cfg.PingTimeout, listenPoolerAdvice); err != nil {
 		return nil, err
 	}
 	for _, ch := range l.channels {
@@ -174,10 +174,16 @@ func (l *Listener) exec(ctx context.Context, conn *pgx.Conn, sql string) error {
 	return err
 }
 
-// checkDirect refuses a connection that goes through a pooler. PgBouncer
-// answers the startup with BackendKeyData of its own, so the pid the
-// connection was given differs from the backend's real pid.
-func checkDirect(ctx context.Context, conn *pgx.Conn, timeout time.Duration) error {
+// listenPoolerAdvice is why a pooler in front of the listener is refused, and
+// what to do about it.
+const listenPoolerAdvice = "LISTEN through a transaction-mode pooler silently receives nothing; " +
+	"point the listen DSN at PostgreSQL directly"
+
+// checkDirect refuses a connection that goes through a pooler, with advice
+// saying why and what to do. PgBouncer answers the startup with BackendKeyData
+// of its own, so the pid the connection was given differs from the backend's
+// real pid.
+func checkDirect(ctx context.Context, conn *pgx.Conn, timeout time.Duration, advice string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var pid int32
@@ -185,9 +191,8 @@ func checkDirect(ctx context.Context, conn *pgx.Conn, timeout time.Duration) err
 		return fmt.Errorf("read backend pid: %w", err)
 	}
 	if keyPID := conn.PgConn().PID(); uint32(pid) != keyPID {
-		return fatal(fmt.Errorf("%w: LISTEN through a transaction-mode pooler silently receives nothing; "+
-			"point the listen DSN at PostgreSQL directly (pg_backend_pid() is %d but the connection's key data says %d, "+
-			"as when PgBouncer answers)", ErrPooler, pid, keyPID))
+		return fatal(fmt.Errorf("%w: %s (pg_backend_pid() is %d but the connection's key data says %d, "+
+			"as when PgBouncer answers)", ErrPooler, advice, pid, keyPID))
 	}
 	return nil
 }

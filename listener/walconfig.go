@@ -1,0 +1,119 @@
+package listener
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fila-run/fila/internal/channel"
+	"github.com/fila-run/fila/internal/pgconfig"
+)
+
+// Defaults and allowed ranges of WALConfig beyond those Config shares.
+const (
+	// StatusIntervalDefault matches pg_recvlogical's: the server learns every
+	// 10 s how far the slot may release WAL.
+	StatusIntervalDefault = 10 * time.Second
+	StatusIntervalMin     = 100 * time.Millisecond
+	StatusIntervalMax     = 10 * time.Second
+
+	SlotTimeoutDefault = 10 * time.Second
+	SlotTimeoutMin     = 100 * time.Millisecond
+	SlotTimeoutMax     = 10 * time.Minute
+
+	// WALApplicationName is set on the WAL source's connections unless the
+	// DSN sets one.
+	WALApplicationName = "fila-wal"
+
+	// PublicationName is the publication the WAL source creates if missing
+	// and streams: inserts into fila_jobs only.
+	PublicationName = "fila_jobs_inserts"
+
+	// SlotPrefix starts the name of each temporary replication slot.
+	SlotPrefix = "fila_wake_"
+)
+
+// WALConfig configures a WAL source.
+type WALConfig struct {
+	// DSN leads straight to PostgreSQL as a role with the REPLICATION
+	// privilege; replication=database is added for the streaming connection.
+	// Required.
+	DSN string
+	// Queues whose inserts wake. Defaults to ["default"].
+	Queues []string
+	// StatusInterval is how often the source reports its position to the
+	// server (so the slot retains no WAL) and asks for a reply, which is its
+	// health check. Between StatusIntervalMin and StatusIntervalMax. Defaults
+	// to StatusIntervalDefault (10s).
+	StatusInterval time.Duration
+	// PingTimeout bounds the wait for the server's reply to a status report
+	// and each setup statement. Between PingTimeoutMin and PingTimeoutMax.
+	// Defaults to PingTimeoutDefault (3s).
+	PingTimeout time.Duration
+	// SlotTimeout bounds the creation of the replication slot, which waits
+	// for every transaction in progress on the instance to end. Between
+	// SlotTimeoutMin and SlotTimeoutMax. Defaults to SlotTimeoutDefault (10s).
+	SlotTimeout time.Duration
+	// ReconnectMax caps the delay between reconnect attempts. Between
+	// ReconnectMaxMin and ReconnectMaxMax. Defaults to ReconnectMaxDefault (5s).
+	ReconnectMax time.Duration
+	// Logger receives the source's logs under the name "listener.wal".
+	// Defaults to zap.NewNop().
+	Logger *zap.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c WALConfig) WithDefaults() WALConfig {
+	if len(c.Queues) == 0 {
+		c.Queues = []string{DefaultQueue}
+	}
+	if c.StatusInterval == 0 {
+		c.StatusInterval = StatusIntervalDefault
+	}
+	if c.PingTimeout == 0 {
+		c.PingTimeout = PingTimeoutDefault
+	}
+	if c.SlotTimeout == 0 {
+		c.SlotTimeout = SlotTimeoutDefault
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = ReconnectMaxDefault
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Validate reports the first field of c (with defaults applied) that cannot
+// be used, naming it and its allowed values.
+func (c WALConfig) Validate() error {
+	c = c.WithDefaults()
+	if c.DSN == "" {
+		return errors.New("listener: WAL DSN is required (a direct PostgreSQL DSN, not a pooler)")
+	}
+	if _, err := pgconfig.Conn(c.DSN); err != nil {
+		return fmt.Errorf("listener: WAL DSN: %w", err)
+	}
+	for _, q := range c.Queues {
+		if err := channel.ValidateQueue(q); err != nil {
+			return fmt.Errorf("listener: WAL Queues: %w", err)
+		}
+	}
+	for _, r := range []struct {
+		field     string
+		v, lo, hi time.Duration
+	}{
+		{"StatusInterval", c.StatusInterval, StatusIntervalMin, StatusIntervalMax},
+		{"PingTimeout", c.PingTimeout, PingTimeoutMin, PingTimeoutMax},
+		{"SlotTimeout", c.SlotTimeout, SlotTimeoutMin, SlotTimeoutMax},
+		{"ReconnectMax", c.ReconnectMax, ReconnectMaxMin, ReconnectMaxMax},
+	} {
+		if err := checkRange("WAL "+r.field, r.v, r.lo, r.hi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
