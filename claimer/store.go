@@ -65,6 +65,12 @@ type ClaimResult struct {
 	HasNextDue bool
 }
 
+// ClaimSQL returns the text of the claim statement Store.Claim runs, so a
+// benchmark can time the statement alone, with no runtime around it.
+// Parameters: $1 queue, $2 batch limit, $3 lease in milliseconds; the rows
+// are Claim's (one per job, then a summary row with a NULL id).
+func ClaimSQL() string { return claimSQL }
+
 // Store runs Fila's SQL against a database.
 type Store struct{ db DB }
 
