@@ -21,7 +21,7 @@ func drainTimeout(jobs int) time.Duration {
 // runDrain inserts jobs no-op jobs with the workers stopped, then starts them
 // and times until the database shows every job done.
 func (r *runner) runDrain(ctx context.Context, s spec, jobs int) (res bench.ThroughputResult, err error) {
-	db, err := createDatabase(ctx, r.adminDSN)
+	db, err := r.createDatabase(ctx)
 	if err != nil {
 		return res, err
 	}

@@ -181,7 +181,7 @@ func (r *runner) runLatency(ctx context.Context, s spec, rate int, duration time
 	n := max(int(int64(rate)*int64(duration)/int64(time.Second)), 1)
 	log := r.log.With(zap.String("system", s.system), zap.String("mode", s.mode), zap.Int("rate", rate))
 
-	db, err := createDatabase(ctx, r.adminDSN)
+	db, err := r.createDatabase(ctx)
 	if err != nil {
 		return res, err
 	}

@@ -48,6 +48,17 @@ type options struct {
 type runner struct {
 	adminDSN string
 	log      *zap.Logger
+	// created, if set, is told the name of every database a scenario
+	// creates, so tests can check that each one is dropped again.
+	created func(name string)
+}
+
+func (r *runner) createDatabase(ctx context.Context) (*database, error) {
+	db, err := createDatabase(ctx, r.adminDSN)
+	if err == nil && r.created != nil {
+		r.created(db.name)
+	}
+	return db, err
 }
 
 func main() {
