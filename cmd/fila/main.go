@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -69,9 +70,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "fila %s: %v\n", rest[0], err)
+		fmt.Fprintf(stderr, "fila %s: %s\n", rest[0], oneLineError(err))
 		return 1
 	}
+}
+
+// oneLineError folds a multi-line error (pgx lists every address it tried
+// on lines of their own) into the one line a command prints.
+func oneLineError(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }
 
 // errUsage means the flag package already printed what was wrong.
@@ -93,18 +100,23 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "\nRun fila <command> -h for a command's flags.")
 }
 
-// parse parses a subcommand's flags, which also accept the global ones.
+// parse parses a subcommand's flags, which also accept the global ones. A
+// mistake is one line naming it; -h prints every flag.
 func (g *globals) parse(fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(g.stderr)
+	fs.SetOutput(io.Discard)
 	g.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(g.stderr)
+			fmt.Fprintf(g.stderr, "usage: fila %s [flags]\n", fs.Name())
+			fs.PrintDefaults()
 			return err
 		}
+		fmt.Fprintf(g.stderr, "fila %s: %v (run fila %s -h for its flags)\n", fs.Name(), err, fs.Name())
 		return errUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(g.stderr, "fila %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fmt.Fprintf(g.stderr, "fila %s: unexpected argument %q (run fila %s -h for its flags)\n", fs.Name(), fs.Arg(0), fs.Name())
 		return errUsage
 	}
 	return nil

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fila-run/fila/bench/suite"
+)
+
+func init() {
+	register("bench", "benchmark pickup latency, throughput, idle cost and producer cost on a real PostgreSQL", runBench)
+}
+
+// benchFlags are bench's own flags.
+type benchFlags struct {
+	scenarios, rates, modes, producers   string
+	duration, idleDuration, prodDuration time.Duration
+	drainJobs, workers, claimBatch       int
+	jsonPath, chartPath                  string
+	chartRate                            int
+}
+
+func (f *benchFlags) add(fs *flag.FlagSet) {
+	fs.StringVar(&f.scenarios, "scenarios", strings.Join(suite.Scenarios, ","), "scenarios to run, comma-separated")
+	fs.StringVar(&f.rates, "rates", joinInts(suite.RatesDefault), "steady insert rates of the latency scenario, jobs/s, comma-separated")
+	fs.StringVar(&f.modes, "modes", strings.Join(suite.Modes, ","), "runtime modes to compare, comma-separated (wal is skipped where this build lacks it)")
+	fs.DurationVar(&f.duration, "duration", suite.DurationDefault, "producer run per rate and mode, and the steady-state run")
+	fs.IntVar(&f.drainJobs, "drain-jobs", suite.DrainJobsDefault, "jobs inserted before the drain (and the SQL floor)")
+	fs.IntVar(&f.workers, "workers", suite.WorkersDefault, "runtime Concurrency of the drain and steady scenarios")
+	fs.IntVar(&f.claimBatch, "claim-batch", suite.ClaimBatchDefault, "runtime ClaimBatch of the drain and steady scenarios, and the SQL floor's batch")
+	fs.DurationVar(&f.idleDuration, "idle-duration", suite.IdleDurationDefault, "measured window of the idle scenario (after an 11 s settle)")
+	fs.StringVar(&f.producers, "producers", joinInts(suite.ProducerCountsDefault), "concurrent producer counts of the producers scenario, comma-separated")
+	fs.DurationVar(&f.prodDuration, "producer-duration", suite.ProducerDurationDefault, "run per producer count and variant")
+	fs.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file")
+	fs.StringVar(&f.chartPath, "chart", "bench-latency.svg", "write the latency CDF chart (SVG) to this file; empty for none")
+	fs.IntVar(&f.chartRate, "chart-rate", suite.ChartRateDefault, "the rate whose latencies the chart shows")
+}
+
+func runBench(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var f benchFlags
+	f.add(fs)
+	if err := g.parse(fs, args); err != nil {
+		return err
+	}
+	opts, err := f.options()
+	if err != nil {
+		fmt.Fprintf(g.stderr, "fila bench: %v\n", err)
+		return errUsage
+	}
+	// Logs would garble the tables and the progress line: warnings and
+	// errors only, unless asked for.
+	levelSet := false
+	fs.Visit(func(fl *flag.Flag) { levelSet = levelSet || fl.Name == "log-level" })
+	if !levelSet && g.logLevel == "info" {
+		g.logLevel = "warn"
+	}
+	opts.Logger = g.log()
+	opts.Progress = g.stderr
+	opts.DSN = g.mainDSN()
+	if opts.DSN == "" {
+		// No DSN given: the local default, or a throwaway cluster.
+		opts.DSN, opts.Throwaway = suite.DefaultDSN, true
+	}
+	res, runErr := suite.Run(ctx, opts)
+	if res == nil {
+		return runErr
+	}
+	if err := suite.WriteText(g.stdout, res); err != nil {
+		return err
+	}
+	var errs []error
+	if f.jsonPath != "" {
+		errs = append(errs, suite.WriteJSON(f.jsonPath, res))
+	}
+	if f.chartPath != "" && len(suite.ChartSeries(res, f.chartRate)) > 0 {
+		errs = append(errs, suite.WriteChart(f.chartPath, res, f.chartRate))
+	}
+	if runErr != nil {
+		errs = append(errs, runErr)
+	}
+	return errors.Join(errs...)
+}
+
+func (f *benchFlags) options() (suite.Options, error) {
+	o := suite.Options{
+		Scenarios: split(f.scenarios), Modes: split(f.modes), Duration: f.duration, DrainJobs: f.drainJobs,
+		Workers: f.workers, ClaimBatch: f.claimBatch, IdleDuration: f.idleDuration, ProducerDuration: f.prodDuration,
+	}
+	var err error
+	if o.Rates, err = ints("--rates", f.rates); err != nil {
+		return o, err
+	}
+	if o.ProducerCounts, err = ints("--producers", f.producers); err != nil {
+		return o, err
+	}
+	if len(o.Scenarios) == 0 {
+		return o, errors.New("--scenarios is empty")
+	}
+	return o, o.WithDefaults().Validate()
+}
+
+func split(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func ints(flagName, s string) ([]int, error) {
+	var out []int
+	for _, p := range split(s) {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a whole number", flagName, p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}

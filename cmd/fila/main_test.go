@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/migrations"
+)
+
+// filaBin is the fila binary the tests run as real processes.
+var filaBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fila-cmd-test-")
+	if err != nil {
+		panic(err)
+	}
+	filaBin = filepath.Join(dir, "fila")
+	out, err := exec.Command("go", "build", "-o", filaBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build fila: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// fila runs the binary to completion.
+func fila(t *testing.T, db *testdb.DB, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := filaCmd(db, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return o.String(), e.String(), code
+}
+
+func filaCmd(db *testdb.DB, args ...string) *exec.Cmd {
+	cmd := exec.Command(filaBin, args...)
+	cmd.Env = append(os.Environ(), "FILA_DSN="+db.DSN, "FILA_LISTEN_DSN="+db.DirectDSN)
+	return cmd
+}
+
+func migrated(t *testing.T) *testdb.DB {
+	db := testdb.New(t)
+	_, err := migrations.Migrate(context.Background(), db.Pool)
+	require.NoError(t, err)
+	return db
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startWorker starts `fila work` and stops it (SIGKILL if still running) at
+// the end of the test. Its output goes to the test log on failure.
+func startWorker(t *testing.T, db *testdb.DB, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := filaCmd(db, append([]string{"work", "--log-format", "json"}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("worker %d output:\n%s", cmd.Process.Pid, out.String())
+		}
+	})
+	return cmd
+}
+
+func TestMigrateTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	a, b := filaCmd(db, "migrate"), filaCmd(db, "migrate")
+	var ao, bo bytes.Buffer
+	a.Stderr, b.Stderr = &ao, &bo
+	require.NoError(t, a.Start())
+	require.NoError(t, b.Start())
+	require.NoError(t, a.Wait(), ao.String())
+	require.NoError(t, b.Wait(), bo.String())
+	v, err := migrations.Version(context.Background(), db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Latest(), v)
+	_, _, code := fila(t, db, "migrate")
+	require.Zero(t, code)
+}
+
+func TestBadInputGetsOneLineErrors(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "--kind", "never-registered"}, `no worker handles kind "never-registered"`},
+		{[]string{"enqueue", "--kind", "noop", "--payload", "{oops"}, "--payload is not valid JSON"},
+		{[]string{"enqueue", "--kind", "noop", "--queue", "has space", "--allow-unknown-kind"}, "queue name"},
+		{[]string{"enqueue", "--kind", "noop", "--run-at", "tomorrow"}, "--run-at"},
+		{[]string{"enqueue", "--kynd", "noop"}, "flag provided but not defined: -kynd"},
+		{[]string{"--dsn", "postgres://postgres@127.0.0.1:1/nowhere", "stats"}, "cannot reach the database"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"work", "--exec", "noequals"}, "want KIND=COMMAND"},
+		{[]string{"work", "--mode", "smoke"}, `Mode "smoke" is unknown`},
+	}
+	for _, c := range cases {
+		out, errOut, code := fila(t, db, c.args...)
+		require.NotZero(t, code, "%v should fail", c.args)
+		require.Empty(t, out)
+		line := strings.TrimSpace(errOut)
+		require.NotContains(t, line, "\n", "%v: error is not one line: %s", c.args, errOut)
+		require.Contains(t, line, c.want, "%v", c.args)
+	}
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM fila_jobs").Scan(&n))
+	require.Zero(t, n, "nothing is enqueued by a refused command")
+}
+
+func TestExecHandlerContract(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	dir := t.TempDir()
+	startWorker(t, db,
+		"--exec", fmt.Sprintf(`ok=cat > %s/$FILA_JOB_ID.in; env | grep ^FILA_JOB_ | sort > %s/$FILA_JOB_ID.env`, dir, dir),
+		"--exec", "bad=echo the payload lacks a field >&2; exit 65",
+		"--exec", "flaky=echo temporary trouble >&2; exit 1",
+		"--timeout", "slow=200ms", "--exec", "slow=sleep 30")
+	waitFor(t, 10*time.Second, "worker registered its kinds", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM fila_kinds").Scan(&n)
+		return n >= 4
+	})
+	id := func(args ...string) string {
+		out, errOut, code := fila(t, db, append([]string{"enqueue"}, args...)...)
+		require.Zero(t, code, errOut)
+		return strings.TrimSpace(out)
+	}
+	okID := id("--kind", "ok", "--payload", `{"to":"ana"}`)
+	badID := id("--kind", "bad")
+	flakyID := id("--kind", "flaky", "--max-attempts", "2")
+	slowID := id("--kind", "slow", "--max-attempts", "1")
+	state := func(id string) (s, le string) {
+		var l *string
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			"SELECT state, last_error FROM fila_jobs WHERE id = $1::bigint", id).Scan(&s, &l))
+		if l != nil {
+			le = *l
+		}
+		return
+	}
+	waitFor(t, 20*time.Second, "all jobs finished", func() bool {
+		for _, id := range []string{okID, badID, flakyID, slowID} {
+			if s, _ := state(id); s != "completed" && s != "dead" {
+				return false
+			}
+		}
+		return true
+	})
+	s, _ := state(okID)
+	require.Equal(t, "completed", s)
+	in, err := os.ReadFile(filepath.Join(dir, okID+".in"))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"to":"ana"}`, string(in))
+	env, err := os.ReadFile(filepath.Join(dir, okID+".env"))
+	require.NoError(t, err)
+	require.Contains(t, string(env), "FILA_JOB_ID="+okID)
+	require.Contains(t, string(env), "FILA_JOB_KIND=ok")
+	require.Contains(t, string(env), "FILA_JOB_QUEUE=default")
+	require.Contains(t, string(env), "FILA_JOB_ATTEMPT=1")
+
+	s, le := state(badID)
+	require.Equal(t, "dead", s)
+	require.Contains(t, le, "the payload lacks a field")
+	s, le = state(flakyID)
+	require.Equal(t, "dead", s)
+	require.Contains(t, le, "temporary trouble")
+	s, le = state(slowID)
+	require.Equal(t, "dead", s)
+	require.Contains(t, le, "timed out after 200ms")
+}
+
+func TestPsqlInsertsArePickedUpByWorker(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	startWorker(t, db, "--safety-poll", "10m")
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "worker listening", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'fila-listener'").Scan(&n)
+		return n == 1
+	})
+	for i := 0; i < 20; i++ {
+		_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) VALUES ('noop')`)
+		require.NoError(t, err)
+	}
+	waitFor(t, 10*time.Second, "all picked up (the safety poll is 10 minutes: only notifications explain it)", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE state = 'completed'").Scan(&n)
+		return n == 20
+	})
+	var p50 float64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000) FROM fila_jobs`).Scan(&p50))
+	t.Logf("pickup p50 on the database clock: %.2f ms", p50)
+}
+
+func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	// The first attempt hangs; later ones finish at once.
+	command := fmt.Sprintf(`echo "$FILA_JOB_ID $FILA_JOB_ATTEMPT $PPID" >> %s; if [ "$FILA_JOB_ATTEMPT" = 1 ]; then sleep 120; fi`, runs)
+	victim := startWorker(t, db, "--lease", "2s", "--exec", "job="+command)
+	ctx := context.Background()
+	var other int64
+	waitFor(t, 10*time.Second, "victim registered", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_kinds WHERE kind = 'job'").Scan(&n)
+		return n == 1
+	})
+	out, errOut, code := fila(t, db, "enqueue", "--kind", "job")
+	require.Zero(t, code, errOut)
+	id := strings.TrimSpace(out)
+	// Another job that must not be touched by the crash.
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, run_at) VALUES ('job', now() + interval '1 hour') RETURNING id`).Scan(&other))
+	waitFor(t, 10*time.Second, "first attempt running", func() bool {
+		b, _ := os.ReadFile(runs)
+		return strings.Contains(string(b), id+" 1 ")
+	})
+	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
+	_ = victim.Wait()
+	killed := time.Now()
+
+	startWorker(t, db, "--lease", "2s", "--exec", "job="+command)
+	waitFor(t, 15*time.Second, "job completed by the second worker", func() bool {
+		var s string
+		_ = db.Pool.QueryRow(ctx, "SELECT state FROM fila_jobs WHERE id = $1::bigint", id).Scan(&s)
+		return s == "completed"
+	})
+	t.Logf("completed %.1fs after the kill (lease 2s)", time.Since(killed).Seconds())
+	var attempts int
+	var lastErr string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT attempts, coalesce(last_error, '') FROM fila_jobs WHERE id = $1::bigint", id).Scan(&attempts, &lastErr))
+	require.Equal(t, 2, attempts)
+	require.Contains(t, lastErr, "lease expired")
+	b, err := os.ReadFile(runs)
+	require.NoError(t, err)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if strings.HasPrefix(l, id+" ") {
+			lines = append(lines, l)
+		}
+	}
+	require.Len(t, lines, 2, "ran once per attempt: %s", b)
+	var otherState string
+	var otherAttempts int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT state, attempts FROM fila_jobs WHERE id = $1::bigint", other).Scan(&otherState, &otherAttempts))
+	require.Equal(t, "pending", otherState)
+	require.Zero(t, otherAttempts)
+	// The hung first attempt's command died with its worker.
+	fields := strings.Fields(strings.Split(string(b), "\n")[0])
+	require.Len(t, fields, 3)
+	waitFor(t, 5*time.Second, "the killed worker's command is gone", func() bool {
+		_, err := os.Stat("/proc/" + fields[2])
+		return os.IsNotExist(err)
+	})
+}
+
+func TestSixWorkerProcessesRunEachJobOnce(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	for i := 0; i < 6; i++ {
+		startWorker(t, db, "--concurrency", "8", "--exec", fmt.Sprintf(`job=echo "$FILA_JOB_ID %d" >> %s`, i, runs))
+	}
+	ctx := context.Background()
+	waitFor(t, 15*time.Second, "workers registered", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_kinds WHERE kind = 'job'").Scan(&n)
+		return n == 1
+	})
+	const jobs = 3000
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) SELECT 'job' FROM generate_series(1, $1::int)`, jobs)
+	require.NoError(t, err)
+	waitFor(t, 180*time.Second, "all jobs completed", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE state = 'completed'").Scan(&n)
+		return n == jobs
+	})
+	b, err := os.ReadFile(runs)
+	require.NoError(t, err)
+	seen := map[string]int{}
+	workers := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		require.Len(t, f, 2, "line %q", line)
+		seen[f[0]]++
+		workers[f[1]] = true
+	}
+	require.Len(t, seen, jobs)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "job %s ran %d times", id, n)
+	}
+	require.Greater(t, len(workers), 1, "the work was shared between processes")
+}
+
+func TestSIGTERMFinishesRunningJobThenSecondSignalCancels(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+	w := startWorker(t, db, "--shutdown-timeout", "1m")
+	waitFor(t, 10*time.Second, "worker registered", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_kinds WHERE kind = 'sleep'").Scan(&n)
+		return n == 1
+	})
+	var short, long int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, payload) VALUES ('sleep', '{"ms": 500}') RETURNING id`).Scan(&short))
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, payload) VALUES ('sleep', '{"ms": 600000}') RETURNING id`).Scan(&long))
+	waitFor(t, 10*time.Second, "both running", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE state = 'running'").Scan(&n)
+		return n == 2
+	})
+	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
+	waitFor(t, 10*time.Second, "short job finished during the drain", func() bool {
+		var s string
+		_ = db.Pool.QueryRow(ctx, "SELECT state FROM fila_jobs WHERE id = $1::bigint", short).Scan(&s)
+		return s == "completed"
+	})
+	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.Wait(), "exit status after a graceful then hard stop")
+	var s string
+	var lease *time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT state, lease_until FROM fila_jobs WHERE id = $1::bigint", long).Scan(&s, &lease))
+	require.Equal(t, "pending", s, "the cancelled job went back to the queue at once")
+	require.Nil(t, lease)
+}
