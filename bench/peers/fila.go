@@ -51,6 +51,10 @@ func runFila(ctx context.Context, o options, log *zap.Logger) (*results, error) 
 		"--rates", strings.Join(rates, ","),
 		"--duration", o.duration.String(),
 		"--drain-jobs", strconv.Itoa(o.drainJobs),
+		"--chart", "", // its default would write an SVG into the repository root
+	}
+	if o.filaModes != "" {
+		args = append(args, "--modes", o.filaModes)
 	}
 	cmd := exec.CommandContext(ctx, goTool, args...)
 	cmd.Dir = root

@@ -41,6 +41,7 @@ type options struct {
 	jsonPath   string
 	chartPath  string
 	withFila   bool
+	filaModes  string
 	repoRoot   string
 }
 
@@ -126,7 +127,7 @@ func run() int {
 // others' numbers. It returns the results and how many scenarios failed.
 func (r *runner) runPeers(ctx context.Context, o options) (*results, int) {
 	out := &results{Machine: describe(ctx, o.dsn)}
-	r.log.Info("machine", zap.String("machine", out.Machine))
+	r.log.Info("machine", zap.Stringer("machine", out.Machine))
 	failed := 0
 	if o.scenarios["latency"] {
 		specs := latencySpecs(o.gueWorkers, r.log)
@@ -234,6 +235,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "write all results, Fila's included, to this JSON file")
 	fs.StringVar(&o.chartPath, "chart", "", "write the latency CDF chart to this SVG file (and one per rate beside it)")
 	fs.BoolVar(&o.withFila, "with-fila", true, "also run `go run ./cmd/fila bench` from the repository root and compare")
+	fs.StringVar(&o.filaModes, "fila-modes", "notify,poll-50ms", "Fila runtime modes for --with-fila (its --modes); empty for all of fila bench's")
 	fs.StringVar(&o.repoRoot, "repo", "../..", "the Fila repository root, for --with-fila")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -19,39 +19,46 @@ import (
 	"github.com/fila-run/fila/bench/report"
 )
 
-// results is the JSON shape shared with `fila bench --json`, so one reader
-// handles both files and a merged one.
+// results is the JSON shape shared with `fila bench --json` (which adds
+// scenarios the peers do not run), so one reader handles both files and the
+// merged one.
 type results struct {
-	Machine    string                   `json:"machine"`
+	Machine    machine                  `json:"machine"`
 	Latency    []bench.LatencyResult    `json:"latency"`
 	Throughput []bench.ThroughputResult `json:"throughput"`
 }
 
-// UnmarshalJSON accepts "machine" as a string or as a structured object
-// (report.MachineInfo), so a Fila result file reads whichever it carries.
-func (r *results) UnmarshalJSON(b []byte) error {
-	var raw struct {
-		Machine    json.RawMessage          `json:"machine"`
-		Latency    []bench.LatencyResult    `json:"latency"`
-		Throughput []bench.ThroughputResult `json:"throughput"`
+// machine is where results were measured. It is written as `fila bench`
+// writes it, a report.MachineInfo object, and also read from a plain
+// string, so hand-made or older files load too.
+type machine struct {
+	info report.MachineInfo
+	text string // set instead of info when read from a string
+}
+
+func (m machine) String() string {
+	if m.text != "" {
+		return m.text
 	}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return err
+	return m.info.String()
+}
+
+func (m machine) MarshalJSON() ([]byte, error) {
+	if m.text != "" {
+		return json.Marshal(m.text)
 	}
-	r.Latency, r.Throughput = raw.Latency, raw.Throughput
-	r.Machine = ""
-	if len(raw.Machine) == 0 || string(raw.Machine) == "null" {
+	return json.Marshal(m.info)
+}
+
+func (m *machine) UnmarshalJSON(b []byte) error {
+	*m = machine{}
+	if string(b) == "null" {
 		return nil
 	}
-	if err := json.Unmarshal(raw.Machine, &r.Machine); err == nil {
-		return nil
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, &m.text)
 	}
-	var m report.MachineInfo
-	if err := json.Unmarshal(raw.Machine, &m); err != nil {
-		return fmt.Errorf("machine: %w", err)
-	}
-	r.Machine = m.String()
-	return nil
+	return json.Unmarshal(b, &m.info)
 }
 
 // merge returns Fila's results (if any) followed by the peers', under the
@@ -69,17 +76,17 @@ func (r *results) merge(fila *results) *results {
 
 // describe is the machine line: host, Go, and the PostgreSQL settings that
 // decide what a COMMIT costs.
-func describe(ctx context.Context, dsn string) string {
+func describe(ctx context.Context, dsn string) machine {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		m, _ := report.DescribeMachine(ctx, nil)
-		return m.String()
+		return machine{info: m}
 	}
 	defer pool.Close()
 	m, _ := report.DescribeMachine(ctx, pool) // on error the host part is still there
-	return m.String()
+	return machine{info: m}
 }
 
 func fmtMs(ms float64) string { return report.FormatMs(ms) }
@@ -88,11 +95,11 @@ func fmtMs(ms float64) string { return report.FormatMs(ms) }
 // is one (or filaNote saying why not), and the full tables.
 func printResults(w io.Writer, peers, fila *results, filaNote string) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "machine: %s\n", peers.Machine)
+	fmt.Fprintf(&b, "machine: %s\n", peers.Machine.String())
 	b.WriteString("Numbers on a shared 2-core machine are noisy: compare runs made back to back, not across days.\n\n")
 	if fila != nil {
-		if fila.Machine != "" && fila.Machine != peers.Machine {
-			fmt.Fprintf(&b, "fila bench machine: %s\n\n", fila.Machine)
+		if fm := fila.Machine.String(); fm != "" && fm != peers.Machine.String() {
+			fmt.Fprintf(&b, "fila bench machine: %s\n\n", fm)
 		}
 		if err := comparisonTables(&b, peers, fila); err != nil {
 			return err
@@ -213,10 +220,11 @@ func writeJSON(path string, r *results) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// writeCharts writes every latency series into path and, when there are
-// several rates, one chart per rate beside it (cdf.svg → cdf-100.svg): a
-// dozen curves at three rates overlap, while one rate's few compare at a
-// glance.
+// writeCharts writes the latency CDF chart to path. With one rate that is
+// the whole chart; with several, path gets every series (named with its
+// rate) and one chart per rate is written beside it (cdf.svg → cdf-100.svg),
+// since a dozen curves at three rates overlap while one rate's few compare
+// at a glance.
 func writeCharts(path string, lat []bench.LatencyResult, rates []int) error {
 	series := func(rate int) []report.Series {
 		var s []report.Series
@@ -232,16 +240,17 @@ func writeCharts(path string, lat []bench.LatencyResult, rates []int) error {
 		}
 		return s
 	}
+	title := func(rate int) string { return fmt.Sprintf("Pickup latency CDF at %d jobs/s", rate) }
+	if len(rates) == 1 {
+		return writeChart(path, title(rates[0]), series(rates[0]))
+	}
 	if err := writeChart(path, "Pickup latency CDF, all rates", series(0)); err != nil {
 		return err
-	}
-	if len(rates) < 2 {
-		return nil
 	}
 	ext := filepath.Ext(path)
 	for _, rate := range rates {
 		p := strings.TrimSuffix(path, ext) + "-" + strconv.Itoa(rate) + ext
-		if err := writeChart(p, fmt.Sprintf("Pickup latency CDF at %d jobs/s", rate), series(rate)); err != nil {
+		if err := writeChart(p, title(rate), series(rate)); err != nil {
 			return err
 		}
 	}

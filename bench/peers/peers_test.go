@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -101,7 +102,7 @@ func TestDatabaseDroppedOnError(t *testing.T) {
 
 func TestComparisonRatios(t *testing.T) {
 	peers := &results{
-		Machine:    "test machine",
+		Machine:    machine{text: "test machine"},
 		Latency:    []bench.LatencyResult{{System: "river", Mode: "default", RatePerSec: 100, Count: 500, P50Ms: 40, P99Ms: 100}},
 		Throughput: []bench.ThroughputResult{{System: "river", Mode: "default", Jobs: 1000, Workers: 100, Seconds: 2, JobsPerSec: 500}},
 	}
@@ -126,13 +127,19 @@ func TestComparisonRatios(t *testing.T) {
 	require.NotContains(t, out.String(), "vs fila")
 }
 
-func TestResultsReadsMachineObject(t *testing.T) {
+func TestResultsMachineObjectOrString(t *testing.T) {
 	var r results
-	require.NoError(t, r.UnmarshalJSON([]byte(`{"machine":{"go_version":"go1.26.8","os":"linux","arch":"amd64","cpus":2},"latency":[{"system":"fila","mode":"notify","rate_per_sec":10}],"throughput":[]}`)))
-	require.Equal(t, "go1.26.8 linux/amd64, 2 CPUs", r.Machine)
+	in := `{"machine":{"go_version":"go1.26.8","os":"linux","arch":"amd64","cpus":2,"gomaxprocs":2},"latency":[{"system":"fila","mode":"notify","rate_per_sec":10,"count":0,"lost":0,"p50_ms":0,"p90_ms":0,"p99_ms":0,"p999_ms":0,"max_ms":0}],"throughput":[],"idle":[]}`
+	require.NoError(t, json.Unmarshal([]byte(in), &r))
+	require.Equal(t, "go1.26.8 linux/amd64, 2 CPUs", r.Machine.String())
 	require.Len(t, r.Latency, 1)
-	require.NoError(t, r.UnmarshalJSON([]byte(`{"machine":"somewhere","latency":[],"throughput":[]}`)))
-	require.Equal(t, "somewhere", r.Machine)
+	out, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.Contains(t, string(out), `"machine":{"go_version":"go1.26.8"`)
+
+	require.NoError(t, json.Unmarshal([]byte(`{"machine":"somewhere","latency":[],"throughput":[]}`), &r))
+	require.Equal(t, "somewhere", r.Machine.String())
+	require.Empty(t, r.Latency)
 }
 
 func TestParseFlags(t *testing.T) {
