@@ -33,7 +33,7 @@ func (f *benchFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&f.drainJobs, "drain-jobs", suite.DrainJobsDefault, "jobs inserted before the drain (and the SQL floor)")
 	fs.IntVar(&f.workers, "workers", suite.WorkersDefault, "runtime Concurrency of the drain and steady scenarios")
 	fs.IntVar(&f.claimBatch, "claim-batch", suite.ClaimBatchDefault, "runtime ClaimBatch of the drain and steady scenarios, and the SQL floor's batch")
-	fs.DurationVar(&f.idleDuration, "idle-duration", suite.IdleDurationDefault, "measured window of the idle scenario (after an 11 s settle)")
+	fs.DurationVar(&f.idleDuration, "idle-duration", suite.IdleDurationDefault, "measured window of the idle scenario")
 	fs.StringVar(&f.producers, "producers", joinInts(suite.ProducerCountsDefault), "concurrent producer counts of the producers scenario, comma-separated")
 	fs.DurationVar(&f.prodDuration, "producer-duration", suite.ProducerDurationDefault, "run per producer count and variant")
 	fs.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file")

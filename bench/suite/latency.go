@@ -1,0 +1,189 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fila-run/fila/bench"
+	"github.com/fila-run/fila/bench/report"
+	"github.com/fila-run/fila/fallbackpoll"
+	"github.com/fila-run/fila/runtime"
+)
+
+// pollIntervals are the pure-poll modes' intervals.
+var pollIntervals = map[string]time.Duration{
+	ModePoll50:  50 * time.Millisecond,
+	ModePoll200: 200 * time.Millisecond,
+	ModePoll1s:  time.Second,
+}
+
+// runtimeConfig is the runtime of one mode on dsn with everything else at its
+// defaults, as a user who picked only the mode would run it.
+func runtimeConfig(mode, dsn string, log *zap.Logger, h runtime.Handler) runtime.Config {
+	cfg := runtime.Config{DSN: dsn, Logger: log, Kinds: []runtime.Kind{{Name: benchKind, Handler: h}}}
+	switch mode {
+	case ModeNotify:
+		cfg.Mode = runtime.ModeNotify
+	case ModeWAL:
+		cfg.Mode = runtime.ModeWAL
+	default:
+		iv := pollIntervals[mode]
+		cfg.Mode = runtime.ModePoll
+		cfg.Poll = fallbackpoll.Config{PollMin: iv, PollMax: iv}
+	}
+	return cfg
+}
+
+// modeAvailable reports whether this build's runtime accepts mode; the WAL
+// mode is being added separately and refused by builds without it.
+func modeAvailable(mode string) error {
+	cfg := runtimeConfig(mode, "postgres://localhost/x", nil, func(context.Context, *runtime.Job) error { return nil })
+	if _, err := runtime.New(cfg); err != nil {
+		return err
+	}
+	return nil
+}
+
+// availableModes returns the requested modes this build can run, noting
+// the others.
+func (s *suite) availableModes(scenario string) []string {
+	var out []string
+	for _, m := range s.opts.Modes {
+		if err := modeAvailable(m); err != nil {
+			s.res.note("%s: mode %s skipped: %v", scenario, m, err)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// started runs rt until the returned stop is called, once it is ready.
+func started(ctx context.Context, rt *runtime.Runtime) (stop func() error, err error) {
+	errc := make(chan error, 1)
+	go func() { errc <- rt.Run(ctx) }()
+	stop = func() error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		return errors.Join(rt.Stop(sctx), <-errc)
+	}
+	select {
+	case <-rt.Ready():
+		return stop, nil
+	case err := <-errc:
+		return nil, fmt.Errorf("runtime: %w", err)
+	case <-time.After(30 * time.Second):
+		return nil, errors.Join(errors.New("runtime not ready after 30s"), stop())
+	}
+}
+
+// latency runs the pickup-latency scenario (and the floor, when selected),
+// rate by rate, so the floor and the modes it bounds run close together.
+func (s *suite) latency(ctx context.Context) error {
+	var modes []string
+	if s.opts.has(ScenarioLatency) {
+		modes = s.availableModes(ScenarioLatency)
+	}
+	type run struct {
+		name string
+		fn   func(context.Context, int) (bench.LatencyResult, error)
+	}
+	var runs []run
+	if s.opts.has(ScenarioFloor) {
+		runs = append(runs,
+			run{"floor/listen", func(ctx context.Context, rate int) (bench.LatencyResult, error) { return s.runFloor(ctx, false, rate) }},
+			run{"floor/notify+claim", func(ctx context.Context, rate int) (bench.LatencyResult, error) { return s.runFloor(ctx, true, rate) }})
+	}
+	for _, m := range modes {
+		runs = append(runs, run{"fila/" + m, func(ctx context.Context, rate int) (bench.LatencyResult, error) { return s.runFila(ctx, m, rate) }})
+	}
+	for _, rate := range s.opts.Rates {
+		for _, r := range runs {
+			res, err := r.fn(ctx, rate)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				s.res.note("latency %s at %d/s: failed: %v", r.name, rate, err)
+				continue
+			}
+			s.res.Latency = append(s.res.Latency, res)
+		}
+	}
+	return nil
+}
+
+// jobsFor is how many jobs a run at rate inserts.
+func (s *suite) jobsFor(rate int) int {
+	return max(int(int64(rate)*int64(s.opts.Duration)/int64(time.Second)), 1)
+}
+
+// runFila measures one runtime mode at one rate in a fresh database.
+func (s *suite) runFila(ctx context.Context, mode string, rate int) (res bench.LatencyResult, err error) {
+	db, err := s.srv.fresh(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, db.drop()) }()
+
+	rec := newRecorder(s.jobsFor(rate))
+	cfg := runtimeConfig(mode, db.dsn, s.log, func(_ context.Context, job *runtime.Job) error {
+		rec.pickedUp(job.ID, time.Now())
+		return nil
+	})
+	rt, err := runtime.New(cfg)
+	if err != nil {
+		return res, err
+	}
+	stop, err := started(ctx, rt)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, stop()) }()
+	return s.measure(ctx, db, rec, "fila", mode, rate)
+}
+
+// measure warms the path up, produces at rate, waits for pick-ups and
+// returns the result.
+func (s *suite) measure(ctx context.Context, db *database, rec *recorder, system, mode string, rate int) (bench.LatencyResult, error) {
+	var res bench.LatencyResult
+	producers := producersFor(rate)
+	pool, err := db.pool(ctx, producers)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	if err := rec.warmUp(ctx, pool, lostAfter+2*time.Second); err != nil {
+		return res, err
+	}
+	prog := report.NewProgress(s.opts.Progress, fmt.Sprintf("latency %s %s %d/s", system, mode, rate), len(rec.t0))
+	lag, err := rec.produce(ctx, pool, rate, producers, prog)
+	prog.Done()
+	if err != nil {
+		return res, err
+	}
+	if lag > s.opts.Duration/10+50*time.Millisecond {
+		s.res.note("latency %s %s at %d/s: the producers fell %s behind schedule: the rate reached was lower than asked",
+			system, mode, rate, lag.Round(time.Millisecond))
+	}
+	if err := rec.waitPickedUp(ctx); err != nil {
+		return res, err
+	}
+	return rec.result(system, mode, rate), nil
+}
+
+// latencyOf returns the result of system/mode at rate, if measured.
+func latencyOf(rs []bench.LatencyResult, system, mode string, rate int) (bench.LatencyResult, bool) {
+	i := slices.IndexFunc(rs, func(r bench.LatencyResult) bool {
+		return r.System == system && r.Mode == mode && r.RatePerSec == rate
+	})
+	if i < 0 {
+		return bench.LatencyResult{}, false
+	}
+	return rs[i], true
+}

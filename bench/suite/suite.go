@@ -1,0 +1,271 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fila-run/fila/bench"
+	"github.com/fila-run/fila/bench/report"
+)
+
+// Scenario names, as --scenarios spells them. latency and drain are also
+// what bench/peers asks for: keep them.
+const (
+	ScenarioLatency   = "latency"
+	ScenarioFloor     = "floor"
+	ScenarioDrain     = "drain"
+	ScenarioSteady    = "steady"
+	ScenarioSQLFloor  = "sqlfloor"
+	ScenarioIdle      = "idle"
+	ScenarioProducers = "producers"
+)
+
+// Scenarios lists every scenario in the order they run.
+var Scenarios = []string{ScenarioLatency, ScenarioFloor, ScenarioDrain, ScenarioSteady, ScenarioSQLFloor, ScenarioIdle, ScenarioProducers}
+
+// Modes of the Fila runtime the latency and idle scenarios compare.
+const (
+	ModeNotify  = "notify"
+	ModePoll50  = "poll-50ms"
+	ModePoll200 = "poll-200ms"
+	ModePoll1s  = "poll-1s"
+	ModeWAL     = "wal"
+)
+
+// Modes lists every runtime mode, the default of Options.Modes.
+var Modes = []string{ModeNotify, ModePoll50, ModePoll200, ModePoll1s, ModeWAL}
+
+// Defaults of Options.
+var (
+	RatesDefault            = []int{10, 100, 1000}
+	ProducerCountsDefault   = []int{1, 4, 16, 64}
+	DurationDefault         = 4 * time.Second
+	DrainJobsDefault        = 20000
+	WorkersDefault          = 200
+	ClaimBatchDefault       = 1000
+	IdleDurationDefault     = 10 * time.Second
+	ProducerDurationDefault = 2 * time.Second
+	ChartRateDefault        = 100
+)
+
+// Options select and size the scenarios.
+type Options struct {
+	// DSN is any database on the server to benchmark; every scenario creates
+	// a fresh database next to it and drops it afterwards. Defaults to DefaultDSN.
+	DSN string
+	// Throwaway starts a throwaway cluster from the installed PostgreSQL
+	// binaries when nothing answers at DSN. Defaults to false.
+	Throwaway bool
+	// Scenarios to run. Defaults to Scenarios (all).
+	Scenarios []string
+	// Rates are the steady insert rates of the latency scenario, jobs/s.
+	// Defaults to RatesDefault.
+	Rates []int
+	// Modes are the runtime modes measured. Defaults to Modes.
+	Modes []string
+	// Duration is how long the producer runs per rate and mode, and how long
+	// the steady-state throughput runs. Defaults to DurationDefault.
+	Duration time.Duration
+	// DrainJobs is how many jobs the drain scenario inserts first. Defaults
+	// to DrainJobsDefault.
+	DrainJobs int
+	// Workers is the runtime's Concurrency in the drain and steady scenarios.
+	// Defaults to WorkersDefault.
+	Workers int
+	// ClaimBatch is the runtime's ClaimBatch in the drain and steady
+	// scenarios, and the batch of the SQL floor. Defaults to ClaimBatchDefault.
+	ClaimBatch int
+	// IdleDuration is the measured window of the idle scenario. Defaults to
+	// IdleDurationDefault.
+	IdleDuration time.Duration
+	// ProducerCounts are the numbers of concurrent producers of the producers
+	// scenario. Defaults to ProducerCountsDefault.
+	ProducerCounts []int
+	// ProducerDuration is how long each producer count runs per variant.
+	// Defaults to ProducerDurationDefault.
+	ProducerDuration time.Duration
+	// Progress receives progress lines (stderr). Defaults to io.Discard.
+	Progress io.Writer
+	// Logger receives the runtime's logs. Defaults to zap.NewNop().
+	Logger *zap.Logger
+}
+
+// WithDefaults returns a copy with zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.DSN == "" {
+		o.DSN = DefaultDSN
+	}
+	if len(o.Scenarios) == 0 {
+		o.Scenarios = Scenarios
+	}
+	if len(o.Rates) == 0 {
+		o.Rates = RatesDefault
+	}
+	if len(o.Modes) == 0 {
+		o.Modes = Modes
+	}
+	if o.Duration == 0 {
+		o.Duration = DurationDefault
+	}
+	if o.DrainJobs == 0 {
+		o.DrainJobs = DrainJobsDefault
+	}
+	if o.Workers == 0 {
+		o.Workers = WorkersDefault
+	}
+	if o.ClaimBatch == 0 {
+		o.ClaimBatch = ClaimBatchDefault
+	}
+	if o.IdleDuration == 0 {
+		o.IdleDuration = IdleDurationDefault
+	}
+	if len(o.ProducerCounts) == 0 {
+		o.ProducerCounts = ProducerCountsDefault
+	}
+	if o.ProducerDuration == 0 {
+		o.ProducerDuration = ProducerDurationDefault
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+// Validate names the first option that cannot be used.
+func (o Options) Validate() error {
+	for _, s := range o.Scenarios {
+		if !slices.Contains(Scenarios, s) {
+			return fmt.Errorf("scenario %q is unknown: use %s", s, strings.Join(Scenarios, ", "))
+		}
+	}
+	for _, m := range o.Modes {
+		if !slices.Contains(Modes, m) {
+			return fmt.Errorf("mode %q is unknown: use %s", m, strings.Join(Modes, ", "))
+		}
+	}
+	for _, r := range o.Rates {
+		if r < 1 || r > 100000 {
+			return fmt.Errorf("rate %d out of range: allowed 1 to 100000 jobs/s", r)
+		}
+	}
+	for _, p := range o.ProducerCounts {
+		if p < 1 || p > 500 {
+			return fmt.Errorf("producer count %d out of range: allowed 1 to 500", p)
+		}
+	}
+	switch {
+	case o.Duration < 100*time.Millisecond:
+		return fmt.Errorf("duration %s too short: at least 100ms", o.Duration)
+	case o.DrainJobs < 1:
+		return fmt.Errorf("drain jobs %d: at least 1", o.DrainJobs)
+	case o.Workers < 1 || o.Workers > 10000:
+		return fmt.Errorf("workers %d out of range: allowed 1 to 10000", o.Workers)
+	case o.ClaimBatch < 1 || o.ClaimBatch > 10000:
+		return fmt.Errorf("claim batch %d out of range: allowed 1 to 10000", o.ClaimBatch)
+	case o.IdleDuration < time.Second:
+		return fmt.Errorf("idle duration %s too short: at least 1s", o.IdleDuration)
+	case o.ProducerDuration < 100*time.Millisecond:
+		return fmt.Errorf("producer duration %s too short: at least 100ms", o.ProducerDuration)
+	}
+	return nil
+}
+
+func (o Options) has(scenario string) bool { return slices.Contains(o.Scenarios, scenario) }
+
+// Results is everything one run measured; it is also the JSON `fila bench
+// --json` writes.
+type Results struct {
+	Machine    report.MachineInfo       `json:"machine"`
+	Server     string                   `json:"server"` // "given" or "throwaway cluster"
+	Latency    []bench.LatencyResult    `json:"latency"`
+	Throughput []bench.ThroughputResult `json:"throughput"`
+	Idle       []bench.IdleResult       `json:"idle"`
+	Producers  []bench.ProducerResult   `json:"producers"`
+	// Notes say what was skipped or degraded, and why.
+	Notes []string `json:"notes,omitempty"`
+}
+
+func (r *Results) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// suite carries what every scenario needs.
+type suite struct {
+	opts Options
+	srv  *server
+	log  *zap.Logger
+	res  *Results
+}
+
+// Run runs the selected scenarios, each in a fresh database, and returns what
+// they measured. A failed scenario is recorded in Notes and the others still
+// run; Run returns an error only when nothing can run (no server) or ctx was
+// cancelled, with the results gathered so far.
+func Run(ctx context.Context, opts Options) (*Results, error) {
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	srv, err := openServer(ctx, opts.DSN, opts.Throwaway, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := srv.Close(); cerr != nil {
+			opts.Logger.Warn("closing the server", zap.Error(cerr))
+		}
+	}()
+	res := &Results{Server: "given"}
+	if srv.cluster != nil {
+		res.Server = "throwaway cluster"
+	}
+	res.Machine, err = report.DescribeMachine(ctx, srv.admin)
+	if err != nil {
+		res.note("machine: %v", err)
+	}
+	s := &suite{opts: opts, srv: srv, log: opts.Logger, res: res}
+
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{ScenarioLatency, s.latency}, // also runs the floor, rate by rate
+		{ScenarioDrain, s.drain},
+		{ScenarioSteady, s.steady},
+		{ScenarioSQLFloor, s.sqlFloor},
+		{ScenarioIdle, s.idle},
+		{ScenarioProducers, s.producers},
+	}
+	for _, st := range steps {
+		if st.name == ScenarioLatency && !opts.has(ScenarioLatency) && !opts.has(ScenarioFloor) {
+			continue
+		}
+		if st.name != ScenarioLatency && !opts.has(st.name) {
+			continue
+		}
+		if err := st.run(ctx); err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			res.note("%s: failed: %v", st.name, err)
+			s.log.Error("scenario failed", zap.String("scenario", st.name), zap.Error(err))
+		}
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, nil
+}
+
+// errSkipped marks a run that could not happen on this build or server.
+var errSkipped = errors.New("skipped")

@@ -1,0 +1,327 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fila-run/fila/bench"
+	"github.com/fila-run/fila/bench/report"
+	"github.com/fila-run/fila/claimer"
+	"github.com/fila-run/fila/runtime"
+)
+
+// SystemFila names Fila's own rows.
+const SystemFila = "fila"
+
+// Throughput modes.
+const (
+	ThroughputDrain    = "drain"
+	ThroughputSteady   = "steady"
+	ThroughputSQLFloor = "sql-floor"
+)
+
+// insertChunk is how many jobs one InsertMany statement carries.
+const insertChunk = 5000
+
+// steadyProducers insert steadyBatch jobs per transaction each, as fast as
+// they can, while the workers run.
+const (
+	steadyProducers = 4
+	steadyBatch     = 100
+)
+
+// sqlFloorLoops is how many claim-and-complete loops the SQL floor runs at
+// once, one per core of a small machine.
+const sqlFloorLoops = 2
+
+func noop(context.Context, *runtime.Job) error { return nil }
+
+// backlog inserts n no-op jobs with InsertMany and refreshes statistics.
+func (s *suite) backlog(ctx context.Context, db *database, n int, label string) error {
+	pool, err := db.pool(ctx, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	prog := report.NewProgress(s.opts.Progress, label, n)
+	defer prog.Done()
+	batch := make([]runtime.InsertParams, 0, insertChunk)
+	for done := 0; done < n; {
+		batch = batch[:0]
+		for i := 0; i < insertChunk && done+i < n; i++ {
+			batch = append(batch, runtime.InsertParams{Kind: benchKind})
+		}
+		if _, err := runtime.InsertMany(ctx, pool, batch); err != nil {
+			return err
+		}
+		done += len(batch)
+		prog.Add(len(batch))
+	}
+	_, err = pool.Exec(ctx, analyzeSQL)
+	return err
+}
+
+// throughputConfig is the runtime the drain and steady scenarios run.
+func (s *suite) throughputConfig(dsn string) runtime.Config {
+	cfg := runtimeConfig(ModeNotify, dsn, s.log, noop)
+	cfg.Concurrency = s.opts.Workers
+	cfg.ClaimBatch = s.opts.ClaimBatch
+	return cfg
+}
+
+func (s *suite) configNote() string {
+	return fmt.Sprintf("Concurrency=%d ClaimBatch=%d", s.opts.Workers, s.opts.ClaimBatch)
+}
+
+func (s *suite) drain(ctx context.Context) error {
+	res, err := s.runDrain(ctx)
+	if err != nil {
+		return err
+	}
+	s.res.Throughput = append(s.res.Throughput, res)
+	return nil
+}
+
+// runDrain inserts DrainJobs no-op jobs with no worker running, then starts
+// the runtime and times until every job's completion is written.
+func (s *suite) runDrain(ctx context.Context) (res bench.ThroughputResult, err error) {
+	n := s.opts.DrainJobs
+	db, err := s.srv.fresh(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, db.drop()) }()
+	if err := s.backlog(ctx, db, n, "drain: insert"); err != nil {
+		return res, err
+	}
+	rt, err := runtime.New(s.throughputConfig(db.dsn))
+	if err != nil {
+		return res, err
+	}
+	prog := report.NewProgress(s.opts.Progress, "drain", n)
+	defer prog.Done()
+	begin := time.Now()
+	stop, err := started(ctx, rt)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, stop()) }()
+	deadline := time.Now().Add(time.Minute + time.Duration(n)*time.Millisecond)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		done := rt.Stats().Completed
+		prog.Set(int(done))
+		if done >= uint64(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("drain: %d of %d jobs completed before the deadline", done, n)
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	elapsed := time.Since(begin)
+	return bench.ThroughputResult{
+		System: SystemFila, Mode: ThroughputDrain, Jobs: n, Workers: s.opts.Workers,
+		Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds(), Config: s.configNote(),
+	}, nil
+}
+
+func (s *suite) steady(ctx context.Context) error {
+	res, err := s.runSteady(ctx)
+	if err != nil {
+		return err
+	}
+	s.res.Throughput = append(s.res.Throughput, res)
+	return nil
+}
+
+// runSteady runs producers and workers at once for Duration and counts the
+// jobs completed meanwhile. The producers insert as fast as they can, so
+// the figure is what the workers keep up with while sharing the machine
+// with them; the backlog left at the end says which side was ahead.
+func (s *suite) runSteady(ctx context.Context) (res bench.ThroughputResult, err error) {
+	db, err := s.srv.fresh(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, db.drop()) }()
+	pool, err := db.pool(ctx, steadyProducers)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	rt, err := runtime.New(s.throughputConfig(db.dsn))
+	if err != nil {
+		return res, err
+	}
+	stop, err := started(ctx, rt)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, stop()) }()
+
+	prog := report.NewProgress(s.opts.Progress, "steady", 0)
+	defer prog.Done()
+	pctx, stopProducers := context.WithTimeout(ctx, s.opts.Duration)
+	defer stopProducers()
+	var (
+		inserted atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	batch := make([]runtime.InsertParams, steadyBatch)
+	for i := range batch {
+		batch[i] = runtime.InsertParams{Kind: benchKind}
+	}
+	begin := time.Now()
+	before := rt.Stats().Completed
+	for range steadyProducers {
+		wg.Go(func() {
+			for pctx.Err() == nil {
+				if _, err := runtime.InsertMany(pctx, pool, batch); err != nil {
+					if pctx.Err() == nil {
+						errOnce.Do(func() { firstErr = err })
+					}
+					return
+				}
+				inserted.Add(steadyBatch)
+			}
+		})
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for pctx.Err() == nil {
+		select {
+		case <-pctx.Done():
+		case <-tick.C:
+			prog.Set(int(rt.Stats().Completed - before))
+		}
+	}
+	completed := rt.Stats().Completed - before
+	elapsed := time.Since(begin)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	if firstErr != nil {
+		return res, fmt.Errorf("producer: %w", firstErr)
+	}
+	ins := inserted.Load()
+	return bench.ThroughputResult{
+		System: SystemFila, Mode: ThroughputSteady, Jobs: int(completed), Workers: s.opts.Workers,
+		Seconds: elapsed.Seconds(), JobsPerSec: float64(completed) / elapsed.Seconds(),
+		Config: fmt.Sprintf("%s; %d producers × %d jobs/tx inserted %.0f/s, backlog %d at the end",
+			s.configNote(), steadyProducers, steadyBatch, float64(ins)/elapsed.Seconds(), max(ins-int64(completed), 0)),
+	}, nil
+}
+
+func (s *suite) sqlFloor(ctx context.Context) error {
+	res, err := s.runSQLFloor(ctx)
+	if err != nil {
+		return err
+	}
+	s.res.Throughput = append(s.res.Throughput, res)
+	return nil
+}
+
+// runSQLFloor drains DrainJobs jobs with no runtime at all: loops that claim
+// a batch with the claimer's claim statement and complete it with one fenced
+// UPDATE, until the queue is empty.
+func (s *suite) runSQLFloor(ctx context.Context) (res bench.ThroughputResult, err error) {
+	n := s.opts.DrainJobs
+	db, err := s.srv.fresh(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, db.drop()) }()
+	if err := s.backlog(ctx, db, n, "sql floor: insert"); err != nil {
+		return res, err
+	}
+	pool, err := db.pool(ctx, sqlFloorLoops)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	prog := report.NewProgress(s.opts.Progress, "sql floor", n)
+	defer prog.Done()
+	var (
+		done atomic.Int64
+		wg   sync.WaitGroup
+		errs = make([]error, sqlFloorLoops)
+	)
+	begin := time.Now()
+	for i := range sqlFloorLoops {
+		wg.Go(func() {
+			for {
+				k, err := claimAndComplete(ctx, pool, s.opts.ClaimBatch)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if k == 0 {
+					return
+				}
+				prog.Add(k)
+				done.Add(int64(k))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	if got := done.Load(); got != int64(n) {
+		return res, fmt.Errorf("sql floor completed %d of %d jobs", got, n)
+	}
+	return bench.ThroughputResult{
+		System: SystemFila, Mode: ThroughputSQLFloor, Jobs: n, Workers: sqlFloorLoops,
+		Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds(),
+		Config: fmt.Sprintf("%d loops × claim %d + one fenced UPDATE, no runtime", sqlFloorLoops, s.opts.ClaimBatch),
+	}, nil
+}
+
+// claimAndComplete claims up to batch jobs and completes them, returning
+// how many it completed.
+func claimAndComplete(ctx context.Context, pool *pgxpool.Pool, batch int) (int, error) {
+	rows, err := pool.Query(ctx, claimer.ClaimSQL(), "default", batch, float64(time.Minute/time.Millisecond))
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	ids := make([]int64, 0, batch)
+	attempts := make([]int32, 0, batch)
+	for rows.Next() {
+		var id *int64
+		var attempt *int32
+		if err := rows.Scan(&id, nil, nil, nil, nil, &attempt, nil, nil, nil, nil, nil); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("claim: scan: %w", err)
+		}
+		if id != nil {
+			ids, attempts = append(ids, *id), append(attempts, *attempt)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := pool.Exec(ctx, completeSQL, ids, attempts)
+	if err != nil {
+		return 0, fmt.Errorf("complete: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
