@@ -510,3 +510,31 @@ func TestRefusesUnmigratedDatabase(t *testing.T) {
 	err = rt.Run(context.Background())
 	require.ErrorContains(t, err, "fila migrate")
 }
+
+func TestHeartbeatsKeepALongJobFromBeingRescued(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	var runs atomic.Int32
+	kind := runtime.Kind{Name: "long", Handler: func(ctx context.Context, j *runtime.Job) error {
+		runs.Add(1)
+		select {
+		case <-time.After(3 * time.Second): // three leases long
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}}
+	for i := 0; i < 2; i++ { // a second worker that would take the job if its lease expired
+		cfg := baseConfig(t, db, kind)
+		cfg.Lease = time.Second
+		cfg.Poll = fallbackpoll.Config{SafetyPoll: time.Second, UnhealthyPoll: 100 * time.Millisecond}
+		start(t, cfg)
+	}
+	id, err := runtime.Insert(context.Background(), db.Pool, "long", nil, nil)
+	require.NoError(t, err)
+	waitFor(t, 15*time.Second, "long job completed", func() bool { s, _, _ := jobState(t, db, id); return s == "completed" })
+	_, attempts, lastErr := jobState(t, db, id)
+	require.Equal(t, 1, attempts, "never rescued while its worker heartbeats")
+	require.Empty(t, lastErr)
+	require.EqualValues(t, 1, runs.Load())
+}

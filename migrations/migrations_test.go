@@ -1,0 +1,114 @@
+package migrations_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/migrations"
+)
+
+func TestMigrateTwiceAndConcurrently(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	require.ErrorIs(t, migrations.Check(ctx, db.Pool), migrations.ErrNotMigrated)
+	require.ErrorContains(t, migrations.Check(ctx, db.Pool), "fila migrate")
+
+	var wg sync.WaitGroup
+	results := make([][]int, 4)
+	errs := make([]error, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = migrations.Migrate(ctx, db.Pool)
+		}()
+	}
+	wg.Wait()
+	applied := 0
+	for i := range results {
+		require.NoError(t, errs[i])
+		applied += len(results[i])
+	}
+	require.Equal(t, migrations.Latest(), applied, "each migration applied exactly once across concurrent runs")
+	again, err := migrations.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, again)
+	require.NoError(t, migrations.Check(ctx, db.Pool))
+	v, err := migrations.Version(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Latest(), v)
+}
+
+func TestSchemaContract(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	_, err := migrations.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	// The columns other languages and operators rely on.
+	rows, err := db.Pool.Query(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_name = 'fila_jobs' ORDER BY ordinal_position`)
+	require.NoError(t, err)
+	var cols []string
+	for rows.Next() {
+		var c string
+		require.NoError(t, rows.Scan(&c))
+		cols = append(cols, c)
+	}
+	require.NoError(t, rows.Err())
+	for _, c := range []string{"id", "queue", "kind", "payload", "priority", "state", "run_at", "attempts",
+		"max_attempts", "lease_until", "last_error", "created_at", "started_at", "finished_at"} {
+		require.Contains(t, cols, c)
+	}
+	// A plain INSERT with only kind gets every default.
+	var queue, state, payload string
+	var attempts, maxAttempts int
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind) VALUES ('k')
+		RETURNING queue, state, payload::text, attempts, max_attempts`).Scan(&queue, &state, &payload, &attempts, &maxAttempts))
+	require.Equal(t, "default", queue)
+	require.Equal(t, "pending", state)
+	require.Equal(t, "{}", payload)
+	require.Zero(t, attempts)
+	require.Equal(t, 5, maxAttempts)
+	// The claim uses the partial index on pending rows.
+	require.Contains(t, explain(t, db), "fila_jobs_pending_idx")
+	// Autovacuum is tuned for churn.
+	var opts []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT reloptions FROM pg_class WHERE relname = 'fila_jobs'`).Scan(&opts))
+	require.Contains(t, opts, "autovacuum_vacuum_scale_factor=0.01")
+	// Bad rows are refused by the table itself, naming the constraint.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, queue) VALUES ('k', 'no spaces allowed')`)
+	require.ErrorContains(t, err, "fila_jobs_queue_valid")
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) VALUES ('')`)
+	require.ErrorContains(t, err, "fila_jobs_kind_valid")
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload) VALUES ('k', '{oops')`)
+	require.ErrorContains(t, err, "json")
+}
+
+func explain(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SET enable_seqscan = off")
+	require.NoError(t, err)
+	rows, err := conn.Query(ctx, `EXPLAIN SELECT id FROM fila_jobs WHERE state = 'pending' AND queue = 'default'
+		AND run_at <= now() ORDER BY priority, run_at, id LIMIT 10`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan string
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan += line + "\n"
+	}
+	require.NoError(t, rows.Err())
+	_, _ = conn.Exec(ctx, "RESET enable_seqscan")
+	return plan
+}
