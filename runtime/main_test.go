@@ -72,8 +72,8 @@ func start(t *testing.T, cfg runtime.Config) *runtime.Runtime {
 	case <-rt.Ready():
 	case err := <-errc:
 		t.Fatalf("runtime stopped before ready: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("runtime not ready after 15s")
+	case <-time.After(60 * time.Second):
+		t.Fatal("runtime not ready after 60s")
 	}
 	return rt
 }

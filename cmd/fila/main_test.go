@@ -153,7 +153,7 @@ func TestExecHandlerContract(t *testing.T) {
 		"--exec", "bad=echo the payload lacks a field >&2; exit 65",
 		"--exec", "flaky=echo temporary trouble >&2; exit 1",
 		"--timeout", "slow=200ms", "--exec", "slow=sleep 30")
-	waitFor(t, 10*time.Second, "worker registered its kinds", func() bool {
+	waitFor(t, 60*time.Second, "worker registered its kinds", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM fila_kinds").Scan(&n)
 		return n >= 4
@@ -176,7 +176,7 @@ func TestExecHandlerContract(t *testing.T) {
 		}
 		return
 	}
-	waitFor(t, 20*time.Second, "all jobs finished", func() bool {
+	waitFor(t, 60*time.Second, "all jobs finished", func() bool {
 		for _, id := range []string{okID, badID, flakyID, slowID} {
 			if s, _ := state(id); s != "completed" && s != "dead" {
 				return false
@@ -212,7 +212,7 @@ func TestPsqlInsertsArePickedUpByWorker(t *testing.T) {
 	db := migrated(t)
 	startWorker(t, db, "--safety-poll", "10m")
 	ctx := context.Background()
-	waitFor(t, 10*time.Second, "worker listening", func() bool {
+	waitFor(t, 60*time.Second, "worker listening", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'fila-listener'").Scan(&n)
 		return n == 1
@@ -221,7 +221,7 @@ func TestPsqlInsertsArePickedUpByWorker(t *testing.T) {
 		_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) VALUES ('noop')`)
 		require.NoError(t, err)
 	}
-	waitFor(t, 10*time.Second, "all picked up (the safety poll is 10 minutes: only notifications explain it)", func() bool {
+	waitFor(t, 30*time.Second, "all picked up (the safety poll is 10 minutes: only notifications explain it)", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE state = 'completed'").Scan(&n)
 		return n == 20
@@ -241,7 +241,7 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	victim := startWorker(t, db, "--lease", "2s", "--exec", "job="+command)
 	ctx := context.Background()
 	var other int64
-	waitFor(t, 10*time.Second, "victim registered", func() bool {
+	waitFor(t, 60*time.Second, "victim registered", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_kinds WHERE kind = 'job'").Scan(&n)
 		return n == 1
@@ -251,7 +251,7 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	id := strings.TrimSpace(out)
 	// Another job that must not be touched by the crash.
 	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, run_at) VALUES ('job', now() + interval '1 hour') RETURNING id`).Scan(&other))
-	waitFor(t, 10*time.Second, "first attempt running", func() bool {
+	waitFor(t, 30*time.Second, "first attempt running", func() bool {
 		b, _ := os.ReadFile(runs)
 		return strings.Contains(string(b), id+" 1 ")
 	})
@@ -260,7 +260,7 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	killed := time.Now()
 
 	startWorker(t, db, "--lease", "2s", "--exec", "job="+command)
-	waitFor(t, 15*time.Second, "job completed by the second worker", func() bool {
+	waitFor(t, 60*time.Second, "job completed by the second worker", func() bool {
 		var s string
 		_ = db.Pool.QueryRow(ctx, "SELECT state FROM fila_jobs WHERE id = $1::bigint", id).Scan(&s)
 		return s == "completed"
@@ -288,7 +288,7 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	// The hung first attempt's command died with its worker.
 	fields := strings.Fields(strings.Split(string(b), "\n")[0])
 	require.Len(t, fields, 3)
-	waitFor(t, 5*time.Second, "the killed worker's command is gone", func() bool {
+	waitFor(t, 15*time.Second, "the killed worker's command is gone", func() bool {
 		_, err := os.Stat("/proc/" + fields[2])
 		return os.IsNotExist(err)
 	})
@@ -303,7 +303,7 @@ func TestSixWorkerProcessesRunEachJobOnce(t *testing.T) {
 		startWorker(t, db, "--concurrency", "8", "--exec", fmt.Sprintf(`job=echo "$FILA_JOB_ID %d" >> %s`, i, runs))
 	}
 	ctx := context.Background()
-	waitFor(t, 15*time.Second, "workers registered", func() bool {
+	waitFor(t, 60*time.Second, "workers registered", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_kinds WHERE kind = 'job'").Scan(&n)
 		return n == 1
@@ -311,7 +311,7 @@ func TestSixWorkerProcessesRunEachJobOnce(t *testing.T) {
 	const jobs = 3000
 	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) SELECT 'job' FROM generate_series(1, $1::int)`, jobs)
 	require.NoError(t, err)
-	waitFor(t, 180*time.Second, "all jobs completed", func() bool {
+	waitFor(t, 300*time.Second, "all jobs completed", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE state = 'completed'").Scan(&n)
 		return n == jobs
@@ -338,7 +338,7 @@ func TestSIGTERMFinishesRunningJobThenSecondSignalCancels(t *testing.T) {
 	db := migrated(t)
 	ctx := context.Background()
 	w := startWorker(t, db, "--shutdown-timeout", "1m")
-	waitFor(t, 10*time.Second, "worker registered", func() bool {
+	waitFor(t, 60*time.Second, "worker registered", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_kinds WHERE kind = 'sleep'").Scan(&n)
 		return n == 1
@@ -346,13 +346,13 @@ func TestSIGTERMFinishesRunningJobThenSecondSignalCancels(t *testing.T) {
 	var short, long int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, payload) VALUES ('sleep', '{"ms": 500}') RETURNING id`).Scan(&short))
 	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, payload) VALUES ('sleep', '{"ms": 600000}') RETURNING id`).Scan(&long))
-	waitFor(t, 10*time.Second, "both running", func() bool {
+	waitFor(t, 30*time.Second, "both running", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE state = 'running'").Scan(&n)
 		return n == 2
 	})
 	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
-	waitFor(t, 10*time.Second, "short job finished during the drain", func() bool {
+	waitFor(t, 30*time.Second, "short job finished during the drain", func() bool {
 		var s string
 		_ = db.Pool.QueryRow(ctx, "SELECT state FROM fila_jobs WHERE id = $1::bigint", short).Scan(&s)
 		return s == "completed"
