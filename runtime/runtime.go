@@ -24,6 +24,10 @@ import (
 	"github.com/fila-run/fila/migrations"
 )
 
+// pingIdleAfter is how long a pooled connection may sit idle before it is
+// pinged on its next use.
+const pingIdleAfter = time.Minute
+
 // ErrClosed is returned by Run when the Runtime already ran.
 var ErrClosed = errors.New("fila: runtime already ran; create a new one")
 
@@ -260,6 +264,15 @@ func (r *Runtime) open(ctx context.Context) error {
 		// use their own pool, so these never wait behind user work.
 		if pc.MaxConns < 4 {
 			pc.MaxConns = 4
+		}
+		// pgxpool pings every connection idle for over a second before
+		// handing it out: an idle worker would pay two statements per
+		// safety poll instead of one, and every job after a pause one more
+		// round trip before its claim. Ping only connections idle for long
+		// enough that a server or pooler may have dropped them; a claim on
+		// a dropped connection fails and is retried on a new one anyway.
+		pc.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
+			return p.IdleDuration > pingIdleAfter
 		}
 		r.pool, err = pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
