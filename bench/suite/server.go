@@ -129,6 +129,23 @@ func (d *database) drop() error {
 	return nil
 }
 
+// exec runs one statement on a connection of its own.
+func (d *database) exec(ctx context.Context, sql string) error {
+	cfg, err := pgconfig.Conn(d.dsn)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", d.name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s: %w", d.name, err)
+	}
+	return nil
+}
+
 // pool opens a pool of at most maxConns connections, configured as the
 // runtime configures its own (pgconfig: no named prepared statements).
 func (d *database) pool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {

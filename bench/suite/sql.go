@@ -23,6 +23,13 @@ const (
 	// another database, it does not count itself.
 	transactionsSQL = `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1::text`
 
+	// autovacuumSQL says which of the databases an autovacuum worker is in.
+	autovacuumSQL = `SELECT DISTINCT datname FROM pg_stat_activity
+WHERE backend_type = 'autovacuum worker' AND datname = ANY($1::text[])`
+
+	// vacuumSQL leaves autovacuum nothing to do in a fresh database.
+	vacuumSQL = `VACUUM (ANALYZE)`
+
 	// backendsSQL lists the server processes connected to a database.
 	backendsSQL = `SELECT pid FROM pg_stat_activity WHERE datname = $1::text`
 )

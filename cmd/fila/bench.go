@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +25,7 @@ type benchFlags struct {
 	drainJobs, workers, claimBatch       int
 	jsonPath, chartPath                  string
 	chartRate                            int
+	cpuProfile                           string
 }
 
 func (f *benchFlags) add(fs *flag.FlagSet) {
@@ -39,6 +42,7 @@ func (f *benchFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&f.chartPath, "chart", "bench-latency.svg", "write the latency CDF chart (SVG) to this file; empty for none")
 	fs.IntVar(&f.chartRate, "chart-rate", suite.ChartRateDefault, "the rate whose latencies the chart shows")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (workers and producers) to this file, for go tool pprof")
 }
 
 func runBench(ctx context.Context, g *globals, args []string) error {
@@ -66,6 +70,17 @@ func runBench(ctx context.Context, g *globals, args []string) error {
 	if opts.DSN == "" {
 		// No DSN given: the local default, or a throwaway cluster.
 		opts.DSN, opts.Throwaway = suite.DefaultDSN, true
+	}
+	if f.cpuProfile != "" {
+		out, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, runErr := suite.Run(ctx, opts)
 	if res == nil {
