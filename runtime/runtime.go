@@ -475,13 +475,18 @@ func (r *Runtime) work(ctx context.Context, cancel context.CancelCauseFunc, job 
 
 	out := claimer.Outcome{ID: job.ID, Attempt: job.Attempt}
 	switch {
+	case err == nil && job.completedInTx.Load():
+		// Completed in the handler's own transaction: nothing left to write.
+		// Checked before a lost lease: a heartbeat that runs between that
+		// commit and the handler's return finds the row no longer running
+		// and cancels the handler, but the completion is already committed
+		// (CompleteTx is fenced on the attempt, so it only succeeds while
+		// the lease is this worker's).
+		r.completed.Add(1)
+		return
 	case errors.Is(cause, ErrLeaseLost):
 		r.leaseLost.Add(1)
 		log.Warn("lease lost while the handler ran; its result is discarded", zap.Error(err))
-		return
-	case err == nil && job.completedInTx.Load():
-		// Completed in the handler's own transaction: nothing left to write.
-		r.completed.Add(1)
 		return
 	case err == nil:
 		out.OK = true
