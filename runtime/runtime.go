@@ -112,7 +112,8 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	switch cfg.Mode {
 	case ModeNotify:
-		r.source, err = listener.New(listener.Config{DSN: cfg.ListenDSN, Queues: cfg.Queues, Logger: cfg.Logger})
+		r.source, err = listener.New(listener.Config{DSN: cfg.ListenDSN, Queues: cfg.Queues, Logger: cfg.Logger,
+			PingInterval: cfg.ListenerPingInterval, PingTimeout: cfg.ListenerPingTimeout})
 	case ModeWAL:
 		r.source, err = newWALSource(cfg)
 	}
@@ -447,7 +448,11 @@ func (r *Runtime) work(ctx context.Context, cancel context.CancelCauseFunc, job 
 		default:
 		}
 	}()
-	log := r.log.With(zap.Int64("job_id", job.ID), zap.String("kind", job.Kind), zap.Int("attempt", job.Attempt))
+	// The job's logger is built only on the paths that log: With encodes its
+	// fields at once, which every job would pay even when nothing is logged.
+	log := func() *zap.Logger {
+		return r.log.With(zap.Int64("job_id", job.ID), zap.String("kind", job.Kind), zap.Int("attempt", job.Attempt))
+	}
 	kind, known := r.kinds[job.Kind]
 	var err error
 	start := time.Now()
@@ -486,25 +491,28 @@ func (r *Runtime) work(ctx context.Context, cancel context.CancelCauseFunc, job 
 		return
 	case errors.Is(cause, ErrLeaseLost):
 		r.leaseLost.Add(1)
-		log.Warn("lease lost while the handler ran; its result is discarded", zap.Error(err))
+		log().Warn("lease lost while the handler ran; its result is discarded", zap.Error(err))
 		return
 	case err == nil:
 		out.OK = true
-		log.Debug("job completed", zap.Duration("took", time.Since(start)))
+		if ce := r.log.Check(zap.DebugLevel, "job completed"); ce != nil {
+			ce.Write(zap.Int64("job_id", job.ID), zap.String("kind", job.Kind), zap.Int("attempt", job.Attempt),
+				zap.Duration("took", time.Since(start)))
+		}
 	case errors.Is(cause, ErrShutdown):
 		// Interrupted by a hard stop: give the job back now rather than
 		// waiting for its lease. Not a failure of the job.
 		r.mu.Lock()
 		r.toReturn = append(r.toReturn, job.attempt())
 		r.mu.Unlock()
-		log.Info("handler cancelled by shutdown; job will be returned to the queue", zap.Error(err))
+		log().Info("handler cancelled by shutdown; job will be returned to the queue", zap.Error(err))
 		return
 	default:
 		r.failed.Add(1)
 		out.Err = truncate(err.Error(), 4000)
 		out.Permanent = IsPermanent(err)
 		out.Delay = r.retryDelay(job.Attempt)
-		log.Warn("job attempt failed", zap.Bool("permanent", out.Permanent),
+		log().Warn("job attempt failed", zap.Bool("permanent", out.Permanent),
 			zap.Bool("last_attempt", job.Attempt >= job.MaxAttempts), zap.Error(err))
 	}
 	r.writer.Submit(out)
