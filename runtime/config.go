@@ -11,6 +11,7 @@ import (
 
 	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/internal/channel"
+	"github.com/fila-run/fila/listener"
 )
 
 // Mode selects how workers learn that there is work.
@@ -84,6 +85,18 @@ type Config struct {
 	// heartbeat; a crashed worker's job runs again after at most this long.
 	// Defaults to LeaseDefault; allowed LeaseMin to LeaseMax.
 	Lease time.Duration
+	// ListenerPingInterval is how long the listener's connection (ModeNotify)
+	// may stay silent before it is checked: a connection that went half-open
+	// is found within ListenerPingInterval + ListenerPingTimeout, and the
+	// poll runs at Poll.UnhealthyPoll until the listener is back. Defaults to
+	// listener.PingIntervalDefault; allowed listener.PingIntervalMin to
+	// listener.PingIntervalMax.
+	ListenerPingInterval time.Duration
+	// ListenerPingTimeout bounds each check of the listener's connection and
+	// each statement it runs to set up. Defaults to
+	// listener.PingTimeoutDefault; allowed listener.PingTimeoutMin to
+	// listener.PingTimeoutMax.
+	ListenerPingTimeout time.Duration
 	// HeartbeatInterval is how often leases of running jobs are extended.
 	// Defaults to Lease/3.
 	HeartbeatInterval time.Duration
@@ -126,6 +139,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = c.Lease / 3
+	}
+	if c.ListenerPingInterval == 0 {
+		c.ListenerPingInterval = listener.PingIntervalDefault
+	}
+	if c.ListenerPingTimeout == 0 {
+		c.ListenerPingTimeout = listener.PingTimeoutDefault
 	}
 	c.Poll.PurePoll = c.Mode == ModePoll
 	if c.Logger == nil {
@@ -196,6 +215,14 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.Lease/2 {
 		return fmt.Errorf("HeartbeatInterval %s out of range: allowed up to half the Lease (%s)", c.HeartbeatInterval, c.Lease/2)
+	}
+	if c.ListenerPingInterval < listener.PingIntervalMin || c.ListenerPingInterval > listener.PingIntervalMax {
+		return fmt.Errorf("ListenerPingInterval %s out of range: allowed %s to %s",
+			c.ListenerPingInterval, listener.PingIntervalMin, listener.PingIntervalMax)
+	}
+	if c.ListenerPingTimeout < listener.PingTimeoutMin || c.ListenerPingTimeout > listener.PingTimeoutMax {
+		return fmt.Errorf("ListenerPingTimeout %s out of range: allowed %s to %s",
+			c.ListenerPingTimeout, listener.PingTimeoutMin, listener.PingTimeoutMax)
 	}
 	if err := c.Poll.Validate(); err != nil {
 		return fmt.Errorf("Poll: %w", err)
