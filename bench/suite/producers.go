@@ -85,7 +85,9 @@ func (s *suite) runProducers(ctx context.Context, v producerVariant, producers i
 		}
 	}
 	if v.worker != "" {
-		rt, err := runtime.New(runtimeConfig(v.worker, db.dsn, s.log, noop))
+		cfg := runtimeConfig(v.worker, db.dsn, s.log, noop)
+		cfg.Kinds[0].Name = producerKind
+		rt, err := runtime.New(cfg)
 		if err != nil {
 			return res, err
 		}

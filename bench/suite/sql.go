@@ -14,8 +14,10 @@ const (
 	// backlog that is really there.
 	analyzeSQL = `ANALYZE fila_jobs`
 
-	// producerInsertSQL is the plainest enqueue any client can send.
+	// producerInsertSQL is the plainest enqueue any client can send, of a
+	// job of producerKind.
 	producerInsertSQL = `INSERT INTO fila_jobs (kind) VALUES ('x')`
+	producerKind      = "x"
 
 	disableTriggerSQL = `ALTER TABLE fila_jobs DISABLE TRIGGER fila_jobs_notify`
 

@@ -48,7 +48,7 @@ var (
 	ProducerCountsDefault   = []int{1, 4, 16, 64}
 	DurationDefault         = 4 * time.Second
 	DrainJobsDefault        = 20000
-	WorkersDefault          = 200
+	WorkersDefault          = 1000
 	ClaimBatchDefault       = 1000
 	IdleDurationDefault     = 10 * time.Second
 	ProducerDurationDefault = 2 * time.Second
