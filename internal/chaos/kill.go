@@ -1,0 +1,196 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+)
+
+// processLoad is how many jobs the process scenarios run: a small share of
+// Size.Jobs, since each job starts a few shell processes.
+func processLoad(size Size) int { return max(60, min(400, size.Jobs/100)) }
+
+// KillWorker drains jobs with three `fila work` processes (each job a
+// shell command that records its start and end) and kills one of them with
+// SIGKILL while it runs jobs. The jobs it held run again once their lease
+// (2s) has passed, each exactly once more, on another worker; every other
+// job runs exactly once; and the killed worker's commands die with it.
+func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
+	if err := env.need(false, false, true); err != nil {
+		return nil, err
+	}
+	const (
+		workers = 3
+		lease   = 2 * time.Second
+	)
+	jobs := processLoad(size)
+	res := &Result{Load: fmt.Sprintf("%d jobs, %d processes × 4", jobs, workers)}
+	dir, cleanup, err := scenarioDir("kill")
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	db, err := env.newDatabase(ctx, "kill")
+	if err != nil {
+		return nil, err
+	}
+	defer db.drop()
+	runFile := filepath.Join(dir, "runs")
+	procs := make([]*workerProc, workers)
+	defer func() {
+		for _, p := range procs {
+			if p != nil {
+				p.kill()
+			}
+		}
+	}()
+	for i := range procs {
+		if procs[i], err = env.startWorker(db, dir, i, "--concurrency", "4", "--lease", lease.String(),
+			"--exec", "job="+recordingCommand(runFile, 0.2)); err != nil {
+			return nil, err
+		}
+	}
+	if err := env.waitListening(ctx, db, workers); err != nil {
+		return nil, err
+	}
+	if _, err := db.pool.Exec(ctx, `INSERT INTO fila_jobs (kind) SELECT 'job' FROM generate_series(1, $1::int)`, jobs); err != nil {
+		return nil, err
+	}
+	victim := procs[0]
+	// Kill it once a third of the jobs ran and it has a command running.
+	var holding int
+	if !waitFor(ctx, 60*time.Second, func() bool {
+		runs, _ := readRunFile(runFile)
+		ended, open := 0, 0
+		for _, r := range runs {
+			if r.ok {
+				ended++
+			} else if r.worker == victim.n {
+				open++
+			}
+		}
+		holding = open
+		return ended >= jobs/3 && open > 0
+	}) {
+		return nil, fmt.Errorf("a third of the jobs did not run within 60s with the victim busy")
+	}
+	env.progress("killing worker %d (pid %d) while it runs %d jobs", victim.n, victim.pid(), holding)
+	if err := victim.signal(syscall.SIGKILL); err != nil {
+		return nil, err
+	}
+	killedAt := time.Now()
+	<-victim.exited
+	atKill, err := jobStates(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	runsAtKill, err := readRunFile(runFile)
+	if err != nil {
+		return nil, err
+	}
+	// The jobs the victim held: running at the kill, with the victim's
+	// start for their current attempt.
+	held := map[int64]int{} // job → attempt the victim ran
+	for _, r := range runsAtKill {
+		if s, ok := atKill[r.job]; ok && r.worker == victim.n && s.state == "running" && s.attempts == r.attempt {
+			held[r.job] = r.attempt
+		}
+	}
+	res.check(len(held) > 0, "the victim held no job when it was killed")
+	var recovered time.Time
+	allDone := waitFor(ctx, 60*time.Second+3*lease, func() bool {
+		st, err := jobStates(ctx, db)
+		if err != nil {
+			return false
+		}
+		done := 0
+		for id := range held {
+			if st[id].state == "completed" {
+				done++
+			}
+		}
+		if done == len(held) && recovered.IsZero() {
+			recovered = time.Now()
+		}
+		for _, s := range st {
+			if s.state != "completed" {
+				return false
+			}
+		}
+		return true
+	})
+	final, err := jobStates(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := readRunFile(runFile)
+	if err != nil {
+		return nil, err
+	}
+
+	for _, s := range final {
+		if s.state != "completed" {
+			res.Lost++
+		}
+	}
+	res.check(allDone && res.Lost == 0, "%d jobs did not complete", res.Lost)
+	if !recovered.IsZero() {
+		res.Recovery = recovered.Sub(killedAt)
+		res.check(res.Recovery >= lease-200*time.Millisecond, "the killed worker's jobs ran again %s after the kill, before their %s lease ran out",
+			res.Recovery.Round(time.Millisecond), lease)
+	}
+	// Runs per job; the victim's unfinished runs ended with it.
+	byJob := map[int64][]run{}
+	for _, r := range runs {
+		byJob[r.job] = append(byJob[r.job], r)
+		if r.worker == victim.n && r.ok && r.end.After(killedAt.Add(100*time.Millisecond)) {
+			res.check(false, "a command of the killed worker ran on after the kill (job %d ended %s later)", r.job, r.end.Sub(killedAt).Round(time.Millisecond))
+		}
+	}
+	var untouched, again, effectTwice int
+	var twice []int64
+	for id, s := range final {
+		rs := byJob[id]
+		ended := 0
+		for _, r := range rs {
+			if r.ok {
+				ended++
+			}
+		}
+		if a, ok := held[id]; ok {
+			again++
+			res.check(s.attempts == a+1, "job %d held by the killed worker: attempt %d, want %d (exactly one more)", id, s.attempts, a+1)
+			res.check(containsAny(s.lastError, "lease expired"), "job %d: last_error %q does not say its lease expired", id, s.lastError)
+			if ended > 1 {
+				// Its command had finished before the kill, but the outcome
+				// was not written yet: at-least-once delivery runs it again.
+				effectTwice++
+				twice = append(twice, id)
+			}
+			continue
+		}
+		if s.attempts == 1 && len(rs) == 1 && ended == 1 {
+			untouched++
+		} else {
+			res.check(false, "job %d was not held by the killed worker but ran %d times (attempts %d)", id, len(rs), s.attempts)
+		}
+	}
+	sort.Slice(twice, func(i, j int) bool { return twice[i] < twice[j] })
+	res.Duplicated = effectTwice
+	res.Overlapping = len(overlaps(runs, killedAt))
+	res.check(res.Overlapping == 0, "jobs run twice at once: %v", overlaps(runs, killedAt))
+	res.note("killed worker held %d jobs: each ran again exactly once on another worker, %s after the kill (lease %s)",
+		again, res.Recovery.Round(time.Millisecond), lease)
+	res.note("the %d other jobs ran exactly once each, untouched", untouched)
+	if effectTwice > 0 {
+		res.note("%d of the held jobs had finished their command just before the kill, with the completion not yet written: "+
+			"they ran again (at-least-once delivery; make such effects idempotent with the job's idempotency key): %v", effectTwice, twice)
+	}
+	if !res.OK() {
+		res.note("killed worker's output: %s", victim.logTail())
+	}
+	return res, nil
+}

@@ -1,0 +1,236 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// NA marks a count that a scenario does not measure.
+const NA = -1
+
+// Size is how big a run is. Each scenario says how it uses it.
+type Size struct {
+	// Jobs is the number of jobs a drain runs (the restart and lock-wait
+	// scenarios); the other scenarios scale their load from it, within the
+	// bounds that keep them short.
+	Jobs int
+	// Workers is the number of workers (runtimes or processes) of a drain.
+	Workers int
+}
+
+// Result is what one scenario found.
+type Result struct {
+	Name  string
+	Fault string
+	Load  string
+	// Lost counts jobs that did not end completed (or in the state the
+	// scenario expects).
+	Lost int
+	// Duplicated counts jobs whose effect happened more than once: a handler
+	// ran to the end twice. Fila delivers at least once, so a crash between
+	// an effect and its completion may run a job again; a scenario says when
+	// that is expected.
+	Duplicated int
+	// Overlapping counts jobs that two runs held at the same time.
+	Overlapping int
+	// Recovery is how long the workers took to get back to normal after the
+	// fault, as the scenario defines it (see Notes); 0 when not measured.
+	Recovery time.Duration
+	// Notes are the scenario's figures and what they mean, one per line.
+	Notes []string
+	// Failures are the checks that did not hold; none means the scenario passed.
+	Failures []string
+	// Took is how long the scenario ran.
+	Took time.Duration
+}
+
+// OK reports whether every check held.
+func (r *Result) OK() bool { return len(r.Failures) == 0 }
+
+func (r *Result) check(ok bool, format string, args ...any) {
+	if !ok {
+		r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *Result) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// Scenario is one fault and what must hold under it.
+type Scenario struct {
+	// Name selects it on the command line (fila chaos --scenarios).
+	Name string
+	// Fault says what is injected.
+	Fault string
+	// Run runs it in env. An error means it could not run (the Env lacks
+	// something, or the setup failed); a property that did not hold is a
+	// Failure in the Result.
+	Run func(ctx context.Context, env *Env, size Size) (*Result, error)
+}
+
+// Scenarios returns every scenario, in the order `fila chaos` runs them.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "kill", Fault: "worker process SIGKILLed mid-job", Run: KillWorker},
+		{Name: "stall", Fault: "worker process SIGSTOPped, its job's command running on", Run: StallWorker},
+		{Name: "listener-terminate", Fault: "listener backend terminated (pg_terminate_backend)", Run: TerminateListener},
+		{Name: "listener-halfopen", Fault: "listener connection half-open (traffic silently dropped)", Run: HalfOpenListener},
+		{Name: "pg-restart-fast", Fault: "PostgreSQL restarted (fast shutdown) during a drain", Run: RestartPostgresFast},
+		{Name: "pg-restart-immediate", Fault: "PostgreSQL restarted (immediate shutdown) during a drain", Run: RestartPostgresImmediate},
+		{Name: "pgbouncer-restart", Fault: "PgBouncer killed and restarted during a drain", Run: RestartPgBouncer},
+		{Name: "pool-exhaustion", Fault: "shared pool exhausted by slow handlers", Run: PoolExhaustion},
+		{Name: "poison", Fault: "poison input (panics, hangs, bad payloads, unknown kinds, bad queues)", Run: Poison},
+		{Name: "notify-pressure", Fault: "NOTIFY burst while every handler slot is busy", Run: NotifyPressure},
+		{Name: "shutdown", Fault: "SIGTERM under load, then a second signal / the deadline", Run: ShutdownUnderLoad},
+		{Name: "lock-waits", Fault: "none: concurrent drain, row-lock waits sampled", Run: LockWaits},
+	}
+}
+
+// Header is the table's header.
+var Header = []string{"fault", "load", "lost", "duplicated", "overlapping", "recovery", "result"}
+
+// Row is the result's table row.
+func (r *Result) Row() []string {
+	result := "ok"
+	if !r.OK() {
+		result = "FAIL"
+	}
+	return []string{r.Fault, r.Load, count(r.Lost), count(r.Duplicated), count(r.Overlapping), duration(r.Recovery), result}
+}
+
+func count(n int) string {
+	if n == NA {
+		return "—"
+	}
+	return strconv.Itoa(n)
+}
+
+func duration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "—"
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	default:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
+}
+
+// WriteTable writes results as an aligned text table, or as a Markdown table
+// when markdown is set, followed by each scenario's notes and failures.
+func WriteTable(w io.Writer, results []*Result, markdown bool) error {
+	rows := make([][]string, 0, len(results))
+	for _, r := range results {
+		rows = append(rows, r.Row())
+	}
+	var b strings.Builder
+	if markdown {
+		line := func(cells []string) {
+			b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+		}
+		line(Header)
+		seps := make([]string, len(Header))
+		for i := range seps {
+			seps[i] = "---"
+			if i >= 2 && i <= 5 {
+				seps[i] = "---:"
+			}
+		}
+		line(seps)
+		for _, r := range rows {
+			line(r)
+		}
+	} else {
+		widths := make([]int, len(Header))
+		for _, r := range append([][]string{Header}, rows...) {
+			for i, c := range r {
+				widths[i] = max(widths[i], utf8.RuneCountInString(c))
+			}
+		}
+		line := func(cells []string) {
+			var l strings.Builder
+			for i, c := range cells {
+				pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+				if i >= 2 && i <= 5 {
+					l.WriteString(pad + c)
+				} else {
+					l.WriteString(c + pad)
+				}
+				l.WriteString("  ")
+			}
+			b.WriteString(strings.TrimRight(l.String(), " ") + "\n")
+		}
+		line(Header)
+		seps := make([]string, len(Header))
+		for i := range seps {
+			seps[i] = strings.Repeat("-", widths[i])
+		}
+		line(seps)
+		for _, r := range rows {
+			line(r)
+		}
+	}
+	for _, r := range results {
+		if len(r.Notes) == 0 && len(r.Failures) == 0 {
+			continue
+		}
+		b.WriteString("\n")
+		if markdown {
+			fmt.Fprintf(&b, "**%s** (%s, took %s)\n\n", r.Name, r.Fault, r.Took.Round(time.Second))
+		} else {
+			fmt.Fprintf(&b, "%s (took %s):\n", r.Name, r.Took.Round(time.Second))
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+		for _, f := range r.Failures {
+			fmt.Fprintf(&b, "- FAILED: %s\n", f)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Defaults of Size.
+const (
+	JobsDefault    = 20000
+	WorkersDefault = 6
+)
+
+// WithDefaults fills zero fields.
+func (s Size) WithDefaults() Size {
+	if s.Jobs <= 0 {
+		s.Jobs = JobsDefault
+	}
+	if s.Workers <= 0 {
+		s.Workers = WorkersDefault
+	}
+	return s
+}
+
+// Run runs sc in env and fills in the result's name, fault and duration.
+func Run(ctx context.Context, env *Env, sc Scenario, size Size) (*Result, error) {
+	start := time.Now()
+	res, err := sc.Run(ctx, env, size.WithDefaults())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", sc.Name, err)
+	}
+	res.Name, res.Fault, res.Took = sc.Name, sc.Fault, time.Since(start)
+	return res, nil
+}
+
+// Lookup returns the scenario named name.
+func Lookup(name string) (Scenario, bool) {
+	for _, sc := range Scenarios() {
+		if sc.Name == name {
+			return sc, true
+		}
+	}
+	return Scenario{}, false
+}

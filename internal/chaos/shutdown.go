@@ -1,0 +1,171 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// ShutdownUnderLoad sends SIGTERM to a `fila work` process running long and
+// short jobs. The short ones running finish and are completed; nothing new
+// is claimed; the long ones run on until a second SIGTERM (first round) or
+// the shutdown timeout (second round) cancels them, and they go back to
+// pending at once. Afterwards no job is left running with a live lease, and
+// the cancelled commands are gone.
+func ShutdownUnderLoad(ctx context.Context, env *Env, size Size) (*Result, error) {
+	if err := env.need(false, false, true); err != nil {
+		return nil, err
+	}
+	res := &Result{Load: "2 rounds: 4 long + 20 short jobs, 1 process × 6"}
+	dir, cleanup, err := scenarioDir("shutdown")
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	db, err := env.newDatabase(ctx, "shutdown")
+	if err != nil {
+		return nil, err
+	}
+	defer db.drop()
+	runFile := filepath.Join(dir, "runs")
+	for round, how := range []string{"second signal", "shutdown timeout"} {
+		r, err := env.shutdownRound(ctx, db, dir, runFile, round, how == "second signal")
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range r.Failures {
+			res.Failures = append(res.Failures, how+": "+f)
+		}
+		res.Notes = append(res.Notes, r.Notes...)
+		res.Lost += r.Lost
+	}
+	runs, err := readRunFile(runFile)
+	if err != nil {
+		return nil, err
+	}
+	res.Duplicated = len(okTwice(runs))
+	res.Overlapping = len(overlaps(runs, time.Now()))
+	res.check(res.Duplicated == 0, "jobs ran to the end twice: %v", okTwice(runs))
+	res.check(res.Overlapping == 0, "jobs run twice at once")
+	return res, nil
+}
+
+func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile string, round int, secondSignal bool) (*Result, error) {
+	res := &Result{}
+	const (
+		long, short = 4, 20
+		timeout     = 2 * time.Second
+	)
+	shutdownTimeout := time.Minute
+	if !secondSignal {
+		shutdownTimeout = timeout
+	}
+	if _, err := db.pool.Exec(ctx, `DELETE FROM fila_jobs`); err != nil {
+		return nil, err
+	}
+	w, err := e.startWorker(db, dir, round, "--concurrency", "6", "--shutdown-timeout", shutdownTimeout.String(),
+		"--exec", "long="+recordingCommand(runFile, 120), "--exec", "short="+recordingCommand(runFile, 0.5))
+	if err != nil {
+		return nil, err
+	}
+	defer w.kill()
+	if err := e.waitListening(ctx, db, 1); err != nil {
+		return nil, err
+	}
+	if _, err := db.pool.Exec(ctx, `INSERT INTO fila_jobs (kind, priority) SELECT 'long', 0 FROM generate_series(1, $1::int)`, long); err != nil {
+		return nil, err
+	}
+	if _, err := db.pool.Exec(ctx, `INSERT INTO fila_jobs (kind, priority) SELECT 'short', 1 FROM generate_series(1, $1::int)`, short); err != nil {
+		return nil, err
+	}
+	// SIGTERM while the long jobs and two short ones run.
+	running := func() (l, s int) {
+		_ = db.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE kind = 'long'), count(*) FILTER (WHERE kind = 'short')
+			FROM fila_jobs WHERE state = 'running'`).Scan(&l, &s)
+		return
+	}
+	if !waitFor(ctx, 30*time.Second, func() bool { l, s := running(); return l == long && s > 0 }) {
+		return nil, fmt.Errorf("the long jobs and a short one were not running within 30s")
+	}
+	before, err := jobStates(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	e.progress("SIGTERM to worker %d (then %s)", w.n, map[bool]string{true: "a second signal", false: "its shutdown timeout"}[secondSignal])
+	if err := w.signal(syscall.SIGTERM); err != nil {
+		return nil, err
+	}
+	termAt := time.Now()
+	// The short jobs running at SIGTERM finish; nothing new is claimed.
+	drained := waitFor(ctx, 20*time.Second, func() bool { _, s := running(); return s == 0 })
+	res.check(drained, "the short jobs running at SIGTERM did not finish within 20s")
+	var hardAt time.Time
+	if secondSignal {
+		res.check(w.running(), "the worker exited before its long jobs were cancelled")
+		hardAt = time.Now()
+		if err := w.signal(syscall.SIGTERM); err != nil {
+			return nil, err
+		}
+	} else {
+		hardAt = termAt.Add(timeout)
+	}
+	select {
+	case <-w.exited:
+	case <-time.After(30 * time.Second):
+		res.check(false, "the worker did not exit within 30s of the hard stop")
+		w.kill()
+	}
+	exit := time.Since(hardAt)
+	res.check(w.err == nil, "the worker exited with %v", w.err)
+	stopped := time.Since(termAt)
+
+	after, err := jobStates(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	var completed, returned, untouched int
+	for id, s := range after {
+		b := before[id]
+		switch {
+		case s.state == "running" || s.liveLease:
+			res.Lost++
+			res.check(false, "job %d left %s with a live lease %v", id, s.state, s.liveLease)
+		case b.state == "running" && s.state == "completed":
+			completed++
+		case b.state == "running" && s.state == "pending":
+			returned++
+			res.check(s.attempts == b.attempts && containsAny(s.lastError, "shutdown"),
+				"job %d returned at attempt %d (was %d) with last_error %q", id, s.attempts, b.attempts, s.lastError)
+		case b.state == "pending" && s.state == "pending":
+			untouched++
+			res.check(s.attempts == b.attempts, "job %d was claimed after SIGTERM", id)
+		case b.state == "completed" && s.state == "completed":
+		default:
+			res.check(false, "job %d went from %s to %s", id, b.state, s.state)
+		}
+	}
+	res.check(returned == long, "%d long jobs went back to pending, want %d", returned, long)
+	// The cancelled commands died with their handlers: none wrote an end.
+	runs, err := readRunFile(runFile)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range runs {
+		if r.worker == w.n && r.ok && r.end.After(hardAt.Add(time.Second)) {
+			res.check(false, "a command of job %d ended %s after the hard stop", r.job, r.end.Sub(hardAt).Round(time.Millisecond))
+		}
+	}
+	how := "second SIGTERM"
+	if !secondSignal {
+		how = fmt.Sprintf("shutdown timeout (%s)", timeout)
+	}
+	res.note("%s: after SIGTERM %d running short jobs finished and were completed, %d pending ones were not claimed; "+
+		"the %s cancelled %d long jobs, back to pending at once; the worker exited %s after it, %s after SIGTERM",
+		how, completed, untouched, how, returned, exit.Round(time.Millisecond), stopped.Round(time.Millisecond))
+	if !res.OK() {
+		res.note("worker output: %s", w.logTail())
+	}
+	return res, nil
+}

@@ -1,0 +1,150 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// StallWorker stops a `fila work` process with SIGSTOP while it runs a job:
+// its heartbeats stop, but the job's command, in a process group of its
+// own, runs on and finishes. The lease expires, another worker rescues the
+// job and runs it again. Then SIGCONT: the stalled worker's late result
+// must be rejected (fenced on the attempt, or dropped on the lost lease),
+// and the job stays completed by its new owner.
+func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
+	if err := env.need(false, false, true); err != nil {
+		return nil, err
+	}
+	const (
+		lease   = 2 * time.Second
+		command = 1.5 // seconds: shorter than the lease, so the stalled command ends before the rescue
+	)
+	res := &Result{Load: "1 job, 2 processes"}
+	dir, cleanup, err := scenarioDir("stall")
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	db, err := env.newDatabase(ctx, "stall")
+	if err != nil {
+		return nil, err
+	}
+	defer db.drop()
+	runFile := filepath.Join(dir, "runs")
+	args := []string{"--concurrency", "2", "--lease", lease.String(), "--exec", "job=" + recordingCommand(runFile, command)}
+	stalled, err := env.startWorker(db, dir, 0, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer stalled.kill()
+	if err := env.waitListening(ctx, db, 1); err != nil {
+		return nil, err
+	}
+	var id int64
+	if err := db.pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind) VALUES ('job') RETURNING id`).Scan(&id); err != nil {
+		return nil, err
+	}
+	if !waitFor(ctx, 30*time.Second, func() bool { runs, _ := readRunFile(runFile); return len(runs) == 1 }) {
+		return nil, fmt.Errorf("the first worker did not start the job within 30s")
+	}
+	other, err := env.startWorker(db, dir, 1, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer other.kill()
+	if err := env.waitListening(ctx, db, 2); err != nil {
+		return nil, err
+	}
+	if runs, _ := readRunFile(runFile); len(runs) != 1 || runs[0].ok {
+		return nil, fmt.Errorf("the job finished before the worker could be stopped: make the command longer")
+	}
+
+	env.progress("stopping worker 0 (pid %d) while its command runs", stalled.pid())
+	if err := stalled.signal(syscall.SIGSTOP); err != nil {
+		return nil, err
+	}
+	stoppedAt := time.Now()
+	var finishedAt time.Time
+	var attempts int
+	done := waitFor(ctx, 30*time.Second, func() bool {
+		var state string
+		err := db.pool.QueryRow(ctx, `SELECT state, attempts, coalesce(finished_at, now()) FROM fila_jobs WHERE id = $1::bigint`, id).
+			Scan(&state, &attempts, &finishedAt)
+		return err == nil && state == "completed"
+	})
+	res.check(done, "the job was not completed by another worker within 30s of the stall")
+	if done {
+		res.Recovery = time.Since(stoppedAt)
+	}
+	res.check(attempts == 2, "the rescued job ended at attempt %d, want 2", attempts)
+
+	env.progress("resuming worker 0")
+	if err := stalled.signal(syscall.SIGCONT); err != nil {
+		return nil, err
+	}
+	// The resumed worker finds out its attempt is gone: either its handler
+	// returns first and the write is fenced, or a heartbeat first finds the
+	// lease lost and the result is dropped.
+	const fenced, dropped = "result rejected", "lease lost while the handler ran"
+	rejected := waitFor(ctx, 15*time.Second, func() bool { return containsAny(stalled.log(), fenced, dropped) })
+	res.check(rejected, "the resumed worker did not report its result rejected within 15s")
+	how := "dropped: a heartbeat found the lease lost"
+	if strings.Contains(stalled.log(), fenced) {
+		how = "fenced: the write of attempt 1 matched no row"
+	}
+	var state string
+	var attemptsAfter int
+	var finishedAfter time.Time
+	if err := db.pool.QueryRow(ctx, `SELECT state, attempts, finished_at FROM fila_jobs WHERE id = $1::bigint`, id).
+		Scan(&state, &attemptsAfter, &finishedAfter); err != nil {
+		return nil, err
+	}
+	res.check(state == "completed" && attemptsAfter == 2 && finishedAfter.Equal(finishedAt),
+		"after the stalled worker resumed the job is %s at attempt %d (finished %s, was %s): it overwrote the new owner's result",
+		state, attemptsAfter, finishedAfter, finishedAt)
+
+	// Both workers stop cleanly.
+	for _, w := range []*workerProc{stalled, other} {
+		_ = w.signal(syscall.SIGTERM)
+		select {
+		case <-w.exited:
+			res.check(w.err == nil, "worker %d exited with %v after SIGTERM", w.n, w.err)
+		case <-time.After(30 * time.Second):
+			res.check(false, "worker %d did not exit within 30s of SIGTERM", w.n)
+		}
+	}
+	runs, err := readRunFile(runFile)
+	if err != nil {
+		return nil, err
+	}
+	res.Lost = 0
+	if state != "completed" {
+		res.Lost = 1
+	}
+	res.Overlapping = len(overlaps(runs, time.Now()))
+	ended := 0
+	for _, r := range runs {
+		if r.ok {
+			ended++
+		}
+	}
+	// Both commands ran to the end: the stalled one before the rescue, the
+	// new owner's after. That is the second delivery a stall causes (the
+	// stalled worker could not report in time); the fence keeps its result
+	// from counting.
+	res.Duplicated = max(0, ended-1)
+	res.check(len(runs) == 2 && ended == 2, "want the stalled run and the new owner's, got %d runs (%d ended)", len(runs), ended)
+	res.check(res.Overlapping == 0, "the new owner started before the stalled command ended")
+	res.note("stalled worker's command ran on and ended while the worker was stopped; the lease (%s) expired and the job ran again on the other worker, completed %s after the stall",
+		lease, res.Recovery.Round(time.Millisecond))
+	res.note("after SIGCONT the stalled worker's late result was %s; the job stays completed at attempt 2", how)
+	res.note("duplicated 1: both commands ran to their end, as at-least-once delivery allows when a worker cannot report in time; the fence kept the stale result from counting")
+	if !res.OK() {
+		res.note("stalled worker's output: %s", stalled.logTail())
+	}
+	return res, nil
+}
