@@ -133,8 +133,12 @@ func idleSection(b *bytes.Buffer, r *Results) error {
 			cpu = strconv.FormatFloat(x.CPUMs, 'f', 0, 64)
 			cpuRate = report.FormatMs(x.CPUMs / x.Seconds)
 		}
+		bound := strconv.Itoa(idleBound(x))
+		if x.Mode == ModeWAL {
+			bound = "—" // its replication connection's own traffic has no fixed budget here
+		}
 		t.Rows = append(t.Rows, []string{x.Mode, strconv.FormatFloat(x.Seconds, 'f', 1, 64),
-			strconv.FormatInt(x.Transactions, 10), report.FormatMs(x.TxPerSec), strconv.Itoa(idleBound(x)),
+			strconv.FormatInt(x.Transactions, 10), report.FormatMs(x.TxPerSec), bound,
 			report.FormatMs(x.TxPerSec * 30), strconv.Itoa(x.Backends), cpu, cpuRate})
 	}
 	b.WriteString("\n")
