@@ -70,7 +70,11 @@ type Config struct {
 	// ListenDSN is the dedicated listener's connection string; it must reach
 	// PostgreSQL directly. Defaults to DSN.
 	ListenDSN string
-	// Pool, if set, is used instead of opening one from DSN; Fila does not close it.
+	// Pool, if set, is used instead of opening one from DSN; Fila does not
+	// close it. Handlers may share it and hold all its connections: Fila's
+	// own statements run on a small pool (4 connections) it opens from
+	// Pool's configuration, so heartbeats and outcomes never wait behind
+	// handlers.
 	Pool *pgxpool.Pool
 	// Queues are the queues this runtime works. Defaults to ["default"].
 	Queues []string

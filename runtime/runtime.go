@@ -28,6 +28,11 @@ import (
 // pinged on its next use.
 const pingIdleAfter = time.Minute
 
+// controlConns is the size of the pool Fila opens for its own statements
+// beside a Config.Pool: one each for claims, outcomes, heartbeats and
+// retention.
+const controlConns = 4
+
 // ErrClosed is returned by Run when the Runtime already ran.
 var ErrClosed = errors.New("fila: runtime already ran; create a new one")
 
@@ -62,6 +67,11 @@ type Runtime struct {
 	writer *claimer.Writer
 	poller *fallbackpoll.Poller
 	source wakeSource
+
+	// control runs Fila's own statements: pool when Fila opened it, else a
+	// small pool of its own so user work on Config.Pool cannot starve it.
+	control     *pgxpool.Pool
+	ownsControl bool
 
 	started      atomic.Bool
 	ready        chan struct{}
@@ -139,7 +149,10 @@ func (r *Runtime) Stats() Stats {
 	return s
 }
 
-// Pool is the pool the runtime uses (nil before Run).
+// Pool is Config.Pool, or the pool the runtime opened from DSN (nil before
+// Run). Handlers that hold connections for long should not use the latter:
+// give the runtime your own pool as Config.Pool instead, and Fila runs its
+// claims, heartbeats and outcomes on a small pool of its own beside it.
 func (r *Runtime) Pool() *pgxpool.Pool { return r.pool }
 
 // Run checks the database, then claims and runs jobs until ctx is cancelled
@@ -166,9 +179,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		close(r.claimingDone)
 		return err
 	}
-	if r.owns {
-		defer r.pool.Close()
-	}
+	defer r.closePools()
 
 	// Outcomes are written on a context that outlives claiming and handlers,
 	// so stopping never loses a result that is ready.
@@ -256,6 +267,19 @@ func (r *Runtime) handlersIdleAfterClaiming() <-chan struct{} {
 func (r *Runtime) open(ctx context.Context) error {
 	if r.cfg.Pool != nil {
 		r.pool = r.cfg.Pool
+		// The application's handlers may hold every connection of its pool,
+		// and queue for more: Fila's own statements (claims, heartbeats,
+		// outcomes) would queue behind them, and a lease would expire while
+		// its handler still runs. They get a small pool of their own, built
+		// from the same configuration.
+		cc := r.cfg.Pool.Config()
+		cc.MaxConns, cc.MinConns = controlConns, 0
+		cc.ShouldPing = shouldPing
+		var err error
+		if r.control, err = pgxpool.NewWithConfig(ctx, cc); err != nil {
+			return fmt.Errorf("fila: connect: %w", err)
+		}
+		r.ownsControl = true
 	} else {
 		pc, err := pgconfig.Pool(r.cfg.DSN)
 		if err != nil {
@@ -272,34 +296,46 @@ func (r *Runtime) open(ctx context.Context) error {
 		// round trip before its claim. Ping only connections idle for long
 		// enough that a server or pooler may have dropped them; a claim on
 		// a dropped connection fails and is retried on a new one anyway.
-		pc.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
-			return p.IdleDuration > pingIdleAfter
-		}
+		pc.ShouldPing = shouldPing
 		r.pool, err = pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			return fmt.Errorf("fila: connect: %w", err)
 		}
 		r.owns = true
+		r.control = r.pool
 	}
 	fail := func(err error) error {
-		if r.owns {
-			r.pool.Close()
-		}
+		r.closePools()
 		return err
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := r.pool.Ping(pingCtx); err != nil {
+	if err := r.control.Ping(pingCtx); err != nil {
 		return fail(fmt.Errorf("fila: cannot reach the database: %w", err))
 	}
-	if err := migrations.Check(pingCtx, r.pool); err != nil {
+	if err := migrations.Check(pingCtx, r.control); err != nil {
 		return fail(fmt.Errorf("fila: %w", err))
 	}
-	r.store = claimer.New(r.pool)
+	r.store = claimer.New(r.control)
 	if err := r.registerKinds(pingCtx); err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// shouldPing pings a pooled connection only after pingIdleAfter idle.
+func shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > pingIdleAfter
+}
+
+// closePools closes the pools Fila opened.
+func (r *Runtime) closePools() {
+	if r.ownsControl {
+		r.control.Close()
+	}
+	if r.owns {
+		r.pool.Close()
+	}
 }
 
 // registerKinds records the kinds this worker handles, so `fila enqueue` can
@@ -307,7 +343,7 @@ func (r *Runtime) open(ctx context.Context) error {
 func (r *Runtime) registerKinds(ctx context.Context) error {
 	names := r.kindNames()
 	queue := r.cfg.Queues[0]
-	_, err := r.pool.Exec(ctx, `INSERT INTO fila_kinds (kind, queue)
+	_, err := r.control.Exec(ctx, `INSERT INTO fila_kinds (kind, queue)
 SELECT k, $2::text FROM unnest($1::text[]) AS k
 ON CONFLICT (kind) DO UPDATE SET last_seen_at = now(), queue = EXCLUDED.queue`, names, queue)
 	if err != nil {

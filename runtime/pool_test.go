@@ -1,0 +1,49 @@
+package runtime_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fila-run/fila/internal/pgconfig"
+	"github.com/fila-run/fila/runtime"
+)
+
+// Handlers that hold every connection of the pool given as Config.Pool,
+// for several leases, must not starve the runtime's heartbeats: no lease
+// expires while its handler runs, and each job runs once.
+func TestSharedPoolHeldByHandlersDoesNotStarveHeartbeats(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	pc, err := pgconfig.Pool(db.DSN)
+	require.NoError(t, err)
+	pc.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	require.NoError(t, err)
+	defer pool.Close()
+	hold := 3 * runtime.LeaseMin
+	cfg := baseConfig(t, db, runtime.Kind{Name: "hold", Handler: func(ctx context.Context, j *runtime.Job) error {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		_, err = conn.Exec(ctx, "SELECT pg_sleep($1::float8)", hold.Seconds())
+		return err
+	}})
+	cfg.DSN, cfg.Pool = "", pool
+	cfg.Lease = runtime.LeaseMin
+	cfg.Concurrency = 3
+	rt := start(t, cfg)
+	_, err = runtime.InsertMany(ctx, db.Pool, []runtime.InsertParams{{Kind: "hold"}, {Kind: "hold"}, {Kind: "hold"}})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "all completed", func() bool { return countState(t, db, "completed") == 3 })
+	require.Zero(t, rt.Stats().LeaseLost)
+	var again int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE attempts > 1").Scan(&again))
+	require.Zero(t, again, "a lease expired while its handler held or waited for a connection")
+}
