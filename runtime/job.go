@@ -1,10 +1,12 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -32,12 +34,27 @@ type Job struct {
 func (j *Job) IdempotencyKey() string { return "fila-job-" + strconv.FormatInt(j.ID, 10) }
 
 // Decode unmarshals the payload into v. A payload that does not fit is a
-// permanent error: retrying cannot fix it.
+// permanent error: retrying cannot fix it. So is a JSON null payload (which
+// only a plain SQL insert can store) decoded into a struct or a map:
+// json.Unmarshal would leave v untouched and the handler would run on zero
+// values.
 func (j *Job) Decode(v any) error {
+	if string(bytes.TrimSpace(j.Payload)) == "null" && wantsObject(v) {
+		return Permanent(fmt.Errorf("payload of job %d (kind %q) is null, not a JSON object", j.ID, j.Kind))
+	}
 	if err := json.Unmarshal(j.Payload, v); err != nil {
 		return Permanent(fmt.Errorf("payload of job %d (kind %q) does not decode: %w", j.ID, j.Kind, err))
 	}
 	return nil
+}
+
+// wantsObject reports whether v points to a struct or a map.
+func wantsObject(v any) bool {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t != nil && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map)
 }
 
 func (j *Job) attempt() claimer.Attempt { return claimer.Attempt{ID: j.ID, Attempt: j.Attempt} }
