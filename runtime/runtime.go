@@ -197,7 +197,15 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 
 	g, gctx := errgroup.WithContext(claimCtx)
 	if r.source != nil {
-		g.Go(func() error { return r.source.Run(gctx) })
+		g.Go(func() error {
+			// The source fails only when the listen DSN cannot serve it (a
+			// pooler in the way, a server without logical replication):
+			// name the setting to change.
+			if err := r.source.Run(gctx); err != nil {
+				return fmt.Errorf("fila: ListenDSN: %w", err)
+			}
+			return nil
+		})
 	}
 	g.Go(func() error { return r.poller.Run(gctx) })
 	g.Go(func() error { return r.claimLoop(gctx) })
