@@ -50,3 +50,18 @@ func TestHalfOpenListener(t *testing.T) {
 	t.Parallel()
 	run(t, env(t), "listener-halfopen", chaos.Size{})
 }
+
+func TestPoolExhaustion(t *testing.T) {
+	t.Parallel()
+	run(t, env(t), "pool-exhaustion", chaos.Size{})
+}
+
+func TestPoison(t *testing.T) {
+	t.Parallel()
+	run(t, env(t), "poison", chaos.Size{})
+}
+
+func TestNotifyPressure(t *testing.T) {
+	t.Parallel()
+	run(t, clusterEnv(t, false), "notify-pressure", chaos.Size{})
+}
