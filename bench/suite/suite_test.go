@@ -182,3 +182,21 @@ func TestUnreachableServer(t *testing.T) {
 	_, err := suite.Run(ctx, suite.Options{DSN: "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2", Scenarios: []string{suite.ScenarioDrain}})
 	require.ErrorContains(t, err, "cannot reach PostgreSQL")
 }
+
+func TestThrowawayCluster(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Nothing answers on port 1: with Throwaway set, Run starts a cluster
+	// of its own from the installed binaries, runs there and removes it.
+	res, err := suite.Run(ctx, suite.Options{
+		DSN: "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2", Throwaway: true,
+		Scenarios: []string{suite.ScenarioDrain}, DrainJobs: 200, Workers: 10, ClaimBatch: 50,
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)),
+	})
+	require.NoError(t, err)
+	require.Equal(t, "throwaway cluster", res.Server)
+	require.Equal(t, "logical", res.Machine.WALLevel)
+	require.Len(t, res.Throughput, 1)
+	require.Equal(t, 200, res.Throughput[0].Jobs)
+}
