@@ -85,9 +85,17 @@ type trickle struct {
 	done     chan struct{}
 }
 
-func startTrickle(pool *pgxpool.Pool, kind string, every time.Duration) *trickle {
+// newTrickle returns a trickle that records pickups; start starts inserting.
+func newTrickle() *trickle {
+	return &trickle{inserted: map[int64]time.Time{}, picked: map[int64]time.Time{}, done: make(chan struct{})}
+}
+
+// start inserts a job of kind every interval until stop.
+func (t *trickle) start(pool *pgxpool.Pool, kind string, every time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &trickle{inserted: map[int64]time.Time{}, picked: map[int64]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	t.mu.Lock()
+	t.cancel = cancel
+	t.mu.Unlock()
 	go func() {
 		defer close(t.done)
 		tick := time.NewTicker(every)
@@ -112,7 +120,6 @@ func startTrickle(pool *pgxpool.Pool, kind string, every time.Duration) *trickle
 			}
 		}
 	}()
-	return t
 }
 
 // pick records that a handler started job id.
@@ -128,9 +135,16 @@ func (t *trickle) pick(id int64) {
 	}
 }
 
+// stop stops inserting (if it started) and waits for the inserter.
 func (t *trickle) stop() {
-	t.cancel()
-	<-t.done
+	t.mu.Lock()
+	cancel := t.cancel
+	t.cancel = nil
+	t.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-t.done
+	}
 }
 
 // since reports the jobs inserted at or after from (and before to, if

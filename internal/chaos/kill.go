@@ -87,33 +87,18 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	runsAtKill, err := readRunFile(runFile)
-	if err != nil {
-		return nil, err
-	}
-	// The jobs the victim held: running at the kill, with the victim's
-	// start for their current attempt.
-	held := map[int64]int{} // job → attempt the victim ran
-	for _, r := range runsAtKill {
-		if s, ok := atKill[r.job]; ok && r.worker == victim.n && s.state == "running" && s.attempts == r.attempt {
-			held[r.job] = r.attempt
+	// The jobs running at the kill: the victim's, and the others' (which
+	// must not be touched).
+	runningAtKill := map[int64]bool{}
+	for id, st := range atKill {
+		if st.state == "running" {
+			runningAtKill[id] = true
 		}
 	}
-	res.check(len(held) > 0, "the victim held no job when it was killed")
-	var recovered time.Time
 	allDone := waitFor(ctx, 60*time.Second+3*lease, func() bool {
 		st, err := jobStates(ctx, db)
 		if err != nil {
 			return false
-		}
-		done := 0
-		for id := range held {
-			if st[id].state == "completed" {
-				done++
-			}
-		}
-		if done == len(held) && recovered.IsZero() {
-			recovered = time.Now()
 		}
 		for _, s := range st {
 			if s.state != "completed" {
@@ -122,6 +107,13 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		}
 		return true
 	})
+	// How long ago the last rescued job completed, on the database clock.
+	var lastRescued time.Duration
+	if err := db.pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - coalesce(max(finished_at), now()))::float8 * 1e9
+		FROM fila_jobs WHERE attempts > 1`).Scan(&lastRescued); err != nil {
+		return nil, err
+	}
+	recovered := time.Now().Add(-lastRescued)
 	final, err := jobStates(ctx, db)
 	if err != nil {
 		return nil, err
@@ -137,12 +129,7 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		}
 	}
 	res.check(allDone && res.Lost == 0, "%d jobs did not complete", res.Lost)
-	if !recovered.IsZero() {
-		res.Recovery = recovered.Sub(killedAt)
-		res.check(res.Recovery >= lease-200*time.Millisecond, "the killed worker's jobs ran again %s after the kill, before their %s lease ran out",
-			res.Recovery.Round(time.Millisecond), lease)
-	}
-	// Runs per job; the victim's unfinished runs ended with it.
+	// Runs per job and attempt; the victim's unfinished runs ended with it.
 	byJob := map[int64][]run{}
 	for _, r := range runs {
 		byJob[r.job] = append(byJob[r.job], r)
@@ -150,40 +137,58 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 			res.check(false, "a command of the killed worker ran on after the kill (job %d ended %s later)", r.job, r.end.Sub(killedAt).Round(time.Millisecond))
 		}
 	}
-	var untouched, again, effectTwice int
+	var untouched, again, unstarted, effectTwice int
 	var twice []int64
 	for id, s := range final {
 		rs := byJob[id]
-		ended := 0
-		for _, r := range rs {
-			if r.ok {
-				ended++
-			}
-		}
-		if a, ok := held[id]; ok {
-			again++
-			res.check(s.attempts == a+1, "job %d held by the killed worker: attempt %d, want %d (exactly one more)", id, s.attempts, a+1)
-			res.check(containsAny(s.lastError, "lease expired"), "job %d: last_error %q does not say its lease expired", id, s.lastError)
-			if ended > 1 {
-				// Its command had finished before the kill, but the outcome
-				// was not written yet: at-least-once delivery runs it again.
-				effectTwice++
-				twice = append(twice, id)
+		if s.attempts == 1 {
+			if len(rs) == 1 && rs[0].ok {
+				untouched++
+			} else {
+				res.check(false, "job %d completed at attempt 1 but has %d runs", id, len(rs))
 			}
 			continue
 		}
-		if s.attempts == 1 && len(rs) == 1 && ended == 1 {
-			untouched++
-		} else {
-			res.check(false, "job %d was not held by the killed worker but ran %d times (attempts %d)", id, len(rs), s.attempts)
+		// Rescued: it must have been the victim's, running at the kill, and
+		// run exactly once more.
+		again++
+		res.check(runningAtKill[id], "job %d ran %d attempts but was not running when the worker was killed", id, s.attempts)
+		res.check(s.attempts == 2, "job %d held by the killed worker ran %d attempts, want exactly one more", id, s.attempts)
+		res.check(containsAny(s.lastError, "lease expired"), "job %d: last_error %q does not say its lease expired", id, s.lastError)
+		var first, second []run
+		for _, r := range rs {
+			if r.attempt == 1 {
+				first = append(first, r)
+			} else {
+				second = append(second, r)
+			}
 		}
+		for _, r := range first {
+			res.check(r.worker == victim.n, "job %d was rescued although worker %d, alive, ran it", id, r.worker)
+		}
+		res.check(len(first) <= 1 && len(second) == 1 && second[0].ok && second[0].worker != victim.n,
+			"job %d: runs of attempt 1: %d, of attempt 2: %d", id, len(first), len(second))
+		if len(first) == 0 {
+			unstarted++ // claimed by the victim, killed before its command started
+		} else if first[0].ok {
+			// Its command had finished before the kill, but the outcome
+			// was not written yet: at-least-once delivery runs it again.
+			effectTwice++
+			twice = append(twice, id)
+		}
+	}
+	res.check(again > 0, "no job held by the killed worker ran again")
+	if again > 0 {
+		res.Recovery = recovered.Sub(killedAt)
+		res.check(res.Recovery >= lease-200*time.Millisecond, "the killed worker's jobs ran again %s after the kill, before their %s lease ran out",
+			res.Recovery.Round(time.Millisecond), lease)
 	}
 	sort.Slice(twice, func(i, j int) bool { return twice[i] < twice[j] })
 	res.Duplicated = effectTwice
 	res.Overlapping = len(overlaps(runs, killedAt))
 	res.check(res.Overlapping == 0, "jobs run twice at once: %v", overlaps(runs, killedAt))
-	res.note("killed worker held %d jobs: each ran again exactly once on another worker, %s after the kill (lease %s)",
-		again, res.Recovery.Round(time.Millisecond), lease)
+	res.note("killed worker held %d jobs (%d of them claimed but not started yet): each ran again exactly once on another worker, the last completed %s after the kill (lease %s)",
+		again, unstarted, res.Recovery.Round(time.Millisecond), lease)
 	res.note("the %d other jobs ran exactly once each, untouched", untouched)
 	if effectTwice > 0 {
 		res.note("%d of the held jobs had finished their command just before the kill, with the completion not yet written: "+

@@ -27,7 +27,7 @@ func (e *Env) startListenerRig(ctx context.Context, name string, every time.Dura
 	if err != nil {
 		return nil, err
 	}
-	r := &listenerRig{env: e, db: db, log: newRunLog(), every: every}
+	r := &listenerRig{env: e, db: db, log: newRunLog(), every: every, tr: newTrickle()}
 	target, err := hostPort(db.direct)
 	if err != nil {
 		r.close()
@@ -58,12 +58,11 @@ func (e *Env) startListenerRig(ctx context.Context, name string, every time.Dura
 	if tune != nil {
 		tune(&cfg)
 	}
-	r.tr = &trickle{} // the handler may run before startTrickle returns
 	if r.lr, err = startRuntime(ctx, cfg); err != nil {
 		r.close()
 		return nil, err
 	}
-	r.tr = startTrickle(db.pool, "record", every)
+	r.tr.start(db.pool, "record", every)
 	warm := time.Now()
 	if !waitFor(ctx, 30*time.Second, func() bool { n, picked, _ := r.tr.since(warm, time.Time{}); return n >= 5 && picked == n }) {
 		r.close()
@@ -140,9 +139,7 @@ func (r *listenerRig) finish(ctx context.Context, res *Result) error {
 }
 
 func (r *listenerRig) close() {
-	if r.tr != nil && r.tr.cancel != nil {
-		r.tr.stop()
-	}
+	r.tr.stop()
 	if r.lr != nil {
 		_ = r.lr.stop(10 * time.Second)
 	}
@@ -161,7 +158,7 @@ func (r *listenerRig) close() {
 // hot-loop, and the poll must pick jobs up meanwhile.
 func TerminateListener(ctx context.Context, env *Env, size Size) (*Result, error) {
 	const every = 50 * time.Millisecond
-	res := &Result{Load: "1 runtime, a job every 50 ms"}
+	res := &Result{Load: "1 runtime; 1 job / 50 ms"}
 	r, err := env.startListenerRig(ctx, "terminate", every, nil)
 	if err != nil {
 		return nil, err
@@ -234,7 +231,7 @@ func HalfOpenListener(ctx context.Context, env *Env, size Size) (*Result, error)
 		pingTimeout  = 500 * time.Millisecond
 		partition    = 5 * time.Second
 	)
-	res := &Result{Load: "1 runtime, a job every 100 ms"}
+	res := &Result{Load: "1 runtime; 1 job / 100 ms"}
 	r, err := env.startListenerRig(ctx, "halfopen", every, func(c *runtime.Config) {
 		c.ListenerPingInterval, c.ListenerPingTimeout = pingInterval, pingTimeout
 	})

@@ -40,7 +40,7 @@ func NotifyPressure(ctx context.Context, env *Env, size Size) (*Result, error) {
 		bigs    = 1500
 	)
 	res := &Result{Lost: NA, Duplicated: NA, Overlapping: NA,
-		Load: fmt.Sprintf("%d slow handlers busy; notifying inserts + %d × %d B notifications", slots, bigs, bigSize)}
+		Load: fmt.Sprintf("inserts + %d × %d kB notifications", bigs, bigSize/1000)}
 	db, err := env.newDatabase(ctx, "notify")
 	if err != nil {
 		return nil, err

@@ -21,14 +21,14 @@ import (
 // flowing meanwhile.
 func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 	const timeout = 200 * time.Millisecond
-	res := &Result{Load: "13 poison jobs, 5 refused enqueues, good jobs every 50 ms"}
+	res := &Result{Load: "13 bad jobs, 5 bad enqueues; 1 good job / 50 ms"}
 	db, err := env.newDatabase(ctx, "poison")
 	if err != nil {
 		return nil, err
 	}
 	defer db.drop()
 	log := newRunLog()
-	var tr *trickle
+	tr := newTrickle()
 	decode := func(ctx context.Context, j *runtime.Job) error {
 		var p struct{ N int }
 		return j.Decode(&p)
@@ -55,7 +55,6 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 		}},
 		{Name: "decodes", Handler: decode},
 	}
-	tr = &trickle{}
 	lr, err := startRuntime(ctx, runtime.Config{
 		DSN: db.dsn, ListenDSN: db.direct, Kinds: kinds, Concurrency: 4, Lease: 2 * time.Second,
 		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
@@ -66,7 +65,7 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 		return nil, err
 	}
 	defer lr.stop(10 * time.Second)
-	tr = startTrickle(db.pool, "good", 50*time.Millisecond)
+	tr.start(db.pool, "good", 50*time.Millisecond)
 	defer tr.stop()
 	start := time.Now()
 

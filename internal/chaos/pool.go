@@ -26,7 +26,7 @@ func PoolExhaustion(ctx context.Context, env *Env, size Size) (*Result, error) {
 		lease       = runtime.LeaseMin // heartbeats every 166 ms
 		hold        = 3 * lease        // each handler holds a connection this long
 	)
-	res := &Result{Load: fmt.Sprintf("%d jobs, %d handlers sharing a %d-connection pool", jobs, concurrency, conns)}
+	res := &Result{Load: fmt.Sprintf("%d handlers, %d-connection pool", concurrency, conns)}
 	db, err := env.newDatabase(ctx, "pool")
 	if err != nil {
 		return nil, err

@@ -78,17 +78,17 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "kill", Fault: "worker process SIGKILLed mid-job", Run: KillWorker},
-		{Name: "stall", Fault: "worker process SIGSTOPped, its job's command running on", Run: StallWorker},
-		{Name: "listener-terminate", Fault: "listener backend terminated (pg_terminate_backend)", Run: TerminateListener},
-		{Name: "listener-halfopen", Fault: "listener connection half-open (traffic silently dropped)", Run: HalfOpenListener},
-		{Name: "pg-restart-fast", Fault: "PostgreSQL restarted (fast shutdown) during a drain", Run: RestartPostgresFast},
-		{Name: "pg-restart-immediate", Fault: "PostgreSQL restarted (immediate shutdown) during a drain", Run: RestartPostgresImmediate},
-		{Name: "pgbouncer-restart", Fault: "PgBouncer killed and restarted during a drain", Run: RestartPgBouncer},
-		{Name: "pool-exhaustion", Fault: "shared pool exhausted by slow handlers", Run: PoolExhaustion},
-		{Name: "poison", Fault: "poison input (panics, hangs, bad payloads, unknown kinds, bad queues)", Run: Poison},
-		{Name: "notify-pressure", Fault: "NOTIFY burst while every handler slot is busy", Run: NotifyPressure},
-		{Name: "shutdown", Fault: "SIGTERM under load, then a second signal / the deadline", Run: ShutdownUnderLoad},
-		{Name: "lock-waits", Fault: "none: concurrent drain, row-lock waits sampled", Run: LockWaits},
+		{Name: "stall", Fault: "worker SIGSTOPped, its command running on", Run: StallWorker},
+		{Name: "listener-terminate", Fault: "listener backend terminated", Run: TerminateListener},
+		{Name: "listener-halfopen", Fault: "listener connection half-open", Run: HalfOpenListener},
+		{Name: "pg-restart-fast", Fault: "PostgreSQL restart, fast shutdown", Run: RestartPostgresFast},
+		{Name: "pg-restart-immediate", Fault: "PostgreSQL restart, immediate shutdown", Run: RestartPostgresImmediate},
+		{Name: "pgbouncer-restart", Fault: "PgBouncer killed and restarted", Run: RestartPgBouncer},
+		{Name: "pool-exhaustion", Fault: "shared pool exhausted by handlers", Run: PoolExhaustion},
+		{Name: "poison", Fault: "poison input", Run: Poison},
+		{Name: "notify-pressure", Fault: "NOTIFY burst, every slot busy", Run: NotifyPressure},
+		{Name: "shutdown", Fault: "SIGTERM under load, then hard stop", Run: ShutdownUnderLoad},
+		{Name: "lock-waits", Fault: "none (row-lock waits sampled)", Run: LockWaits},
 	}
 }
 

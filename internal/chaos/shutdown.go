@@ -18,7 +18,7 @@ func ShutdownUnderLoad(ctx context.Context, env *Env, size Size) (*Result, error
 	if err := env.need(false, false, true); err != nil {
 		return nil, err
 	}
-	res := &Result{Load: "2 rounds: 4 long + 20 short jobs, 1 process × 6"}
+	res := &Result{Load: "2 × (4 long + 20 short jobs), 1 process"}
 	dir, cleanup, err := scenarioDir("shutdown")
 	if err != nil {
 		return nil, err
