@@ -33,6 +33,9 @@ const pingIdleAfter = time.Minute
 // retention.
 const controlConns = 4
 
+// claimTimeout bounds one claim statement, which is not cancelled by a stop.
+const claimTimeout = 30 * time.Second
+
 // ErrClosed is returned by Run when the Runtime already ran.
 var ErrClosed = errors.New("fila: runtime already ran; create a new one")
 
@@ -444,8 +447,18 @@ func (r *Runtime) claimRound(ctx context.Context) (more bool, err error) {
 			more, incomplete = true, true
 			break
 		}
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
 		limit := min(free, r.cfg.ClaimBatch)
-		res, err := r.store.Claim(ctx, q, limit, r.cfg.Lease)
+		// A claim that reached the server may commit even if the client
+		// gives up on it: stopping must not cancel it halfway, or its jobs
+		// would sit running, owned by nobody, until their leases expire.
+		// Its jobs are dispatched even when stopping; the drain runs them
+		// or a hard stop returns them at once.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+		res, err := r.store.Claim(cctx, q, limit, r.cfg.Lease)
+		cancel()
 		if err != nil {
 			return true, err
 		}
