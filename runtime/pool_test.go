@@ -25,7 +25,8 @@ func TestSharedPoolHeldByHandlersDoesNotStarveHeartbeats(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(t, err)
 	defer pool.Close()
-	hold := 3 * runtime.LeaseMin
+	lease := 2 * time.Second
+	hold := 2 * lease
 	cfg := baseConfig(t, db, runtime.Kind{Name: "hold", Handler: func(ctx context.Context, j *runtime.Job) error {
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
@@ -36,12 +37,12 @@ func TestSharedPoolHeldByHandlersDoesNotStarveHeartbeats(t *testing.T) {
 		return err
 	}})
 	cfg.DSN, cfg.Pool = "", pool
-	cfg.Lease = runtime.LeaseMin
-	cfg.Concurrency = 3
+	cfg.Lease = lease
+	cfg.Concurrency = 2
 	rt := start(t, cfg)
-	_, err = runtime.InsertMany(ctx, db.Pool, []runtime.InsertParams{{Kind: "hold"}, {Kind: "hold"}, {Kind: "hold"}})
+	_, err = runtime.InsertMany(ctx, db.Pool, []runtime.InsertParams{{Kind: "hold"}, {Kind: "hold"}})
 	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "all completed", func() bool { return countState(t, db, "completed") == 3 })
+	waitFor(t, 30*time.Second, "all completed", func() bool { return countState(t, db, "completed") == 2 })
 	require.Zero(t, rt.Stats().LeaseLost)
 	var again int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE attempts > 1").Scan(&again))

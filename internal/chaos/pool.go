@@ -21,10 +21,10 @@ import (
 func PoolExhaustion(ctx context.Context, env *Env, size Size) (*Result, error) {
 	const (
 		conns       = 2
-		concurrency = 8
-		jobs        = 12
-		lease       = runtime.LeaseMin // heartbeats every 166 ms
-		hold        = 3 * lease        // each handler holds a connection this long
+		concurrency = 6
+		jobs        = 6
+		lease       = 2 * time.Second // heartbeats every 667 ms
+		hold        = 2 * lease       // each handler holds a connection this long
 	)
 	res := &Result{Load: fmt.Sprintf("%d handlers, %d-connection pool", concurrency, conns)}
 	db, err := env.newDatabase(ctx, "pool")
