@@ -101,19 +101,19 @@ func LockWaits(ctx context.Context, env *Env, size Size) (*Result, error) {
 		return nil, err
 	}
 	out.judge(res, size.Jobs, true)
-	bounded := 0
+	var bounded []lockWait
 	for _, w := range out.lockWaits {
 		if w.bounded {
-			bounded++
+			bounded = append(bounded, w)
 		} else {
 			res.check(false, "a session waited on a row lock held by a transaction that may last: %s", w)
 		}
 	}
 	res.note("row-lock waits seen in two samples 20 ms apart: %d", len(out.lockWaits))
-	if bounded > 0 {
-		res.note("%d of them behind another of Fila's single-statement transactions (PostgreSQL follows the update "+
-			"chain of a row whose claim committed during the lock attempt and waits there despite SKIP LOCKED): %s",
-			bounded, out.lockWaits[0])
+	if len(bounded) > 0 {
+		res.note("%d of them behind another of Fila's single-statement transactions, for at most that statement "+
+			"(PostgreSQL follows the update chain of a row whose claim committed during the lock attempt, and waits there "+
+			"despite SKIP LOCKED); first: %s", len(bounded), bounded[0])
 	}
 	return res, nil
 }
