@@ -107,13 +107,19 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		}
 		return true
 	})
-	// How long ago the last rescued job completed, on the database clock.
-	var lastRescued time.Duration
-	if err := db.pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - coalesce(max(finished_at), now()))::float8 * 1e9
-		FROM fila_jobs WHERE attempts > 1`).Scan(&lastRescued); err != nil {
+	// When the last of the killed worker's jobs was rescued (its lease
+	// found expired: run_at is set to the rescue), started again and
+	// completed, as ages on the database clock turned into local times.
+	var rescuedAge, startedAge, finishedAge float64
+	if err := db.pool.QueryRow(ctx, `SELECT
+		coalesce(extract(epoch FROM now() - max(run_at)), 0)::float8,
+		coalesce(extract(epoch FROM now() - max(started_at)), 0)::float8,
+		coalesce(extract(epoch FROM now() - max(finished_at)), 0)::float8
+		FROM fila_jobs WHERE attempts > 1`).Scan(&rescuedAge, &startedAge, &finishedAge); err != nil {
 		return nil, err
 	}
-	recovered := time.Now().Add(-lastRescued)
+	now := time.Now()
+	at := func(age float64) time.Duration { return now.Add(-time.Duration(age * float64(time.Second))).Sub(killedAt) }
 	final, err := jobStates(ctx, db)
 	if err != nil {
 		return nil, err
@@ -178,17 +184,19 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		}
 	}
 	res.check(again > 0, "no job held by the killed worker ran again")
+	var rescued, completed time.Duration
 	if again > 0 {
-		res.Recovery = recovered.Sub(killedAt)
-		res.check(res.Recovery >= lease-200*time.Millisecond, "the killed worker's jobs ran again %s after the kill, before their %s lease ran out",
-			res.Recovery.Round(time.Millisecond), lease)
+		rescued, res.Recovery, completed = at(rescuedAge), at(startedAge), at(finishedAge)
+		res.check(rescued >= lease-200*time.Millisecond, "the killed worker's jobs were rescued %s after the kill, before their %s lease ran out",
+			rescued.Round(time.Millisecond), lease)
 	}
 	sort.Slice(twice, func(i, j int) bool { return twice[i] < twice[j] })
 	res.Duplicated = effectTwice
 	res.Overlapping = len(overlaps(runs, killedAt))
 	res.check(res.Overlapping == 0, "jobs run twice at once: %v", overlaps(runs, killedAt))
-	res.note("killed worker held %d jobs (%d of them claimed but not started yet): each ran again exactly once on another worker, the last completed %s after the kill (lease %s)",
-		again, unstarted, res.Recovery.Round(time.Millisecond), lease)
+	res.note("killed worker held %d jobs (%d of them claimed but not started yet); after the kill, the last was rescued (lease %s) at %s, "+
+		"running again on another worker at %s (a rescued job queues behind the jobs already waiting), completed at %s; each ran exactly once more",
+		again, unstarted, lease, rescued.Round(time.Millisecond), res.Recovery.Round(time.Millisecond), completed.Round(time.Millisecond))
 	res.note("the %d other jobs ran exactly once each, untouched", untouched)
 	if effectTwice > 0 {
 		res.note("%d of the held jobs had finished their command just before the kill, with the completion not yet written: "+
