@@ -119,7 +119,9 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		return nil, err
 	}
 	now := time.Now()
-	at := func(age float64) time.Duration { return now.Add(-time.Duration(age * float64(time.Second))).Sub(killedAt) }
+	at := func(age float64) time.Duration {
+		return now.Add(-time.Duration(age * float64(time.Second))).Sub(killedAt)
+	}
 	final, err := jobStates(ctx, db)
 	if err != nil {
 		return nil, err
