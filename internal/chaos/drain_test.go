@@ -9,7 +9,7 @@ import (
 )
 
 // drainSize keeps each drain to a few seconds on a small shared machine.
-var drainSize = chaos.Size{Jobs: 3000, Workers: 6}
+var drainSize = chaos.Size{Jobs: 2000, Workers: 6}
 
 func TestLockWaits(t *testing.T) {
 	t.Parallel()

@@ -186,19 +186,21 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		}
 	}
 	res.check(again > 0, "no job held by the killed worker ran again")
-	var rescued, completed time.Duration
+	var rescued, started, completed time.Duration
 	if again > 0 {
-		rescued, res.Recovery, completed = at(rescuedAge), at(startedAge), at(finishedAge)
-		res.check(rescued >= lease-200*time.Millisecond, "the killed worker's jobs were rescued %s after the kill, before their %s lease ran out",
+		rescued, started, completed = at(rescuedAge), at(startedAge), at(finishedAge)
+		res.Recovery = rescued
+		// The lease was last renewed at most one heartbeat (lease/3) before the kill.
+		res.check(rescued >= lease-lease/3-100*time.Millisecond, "the killed worker's jobs were rescued %s after the kill, before their %s lease ran out",
 			rescued.Round(time.Millisecond), lease)
 	}
 	sort.Slice(twice, func(i, j int) bool { return twice[i] < twice[j] })
 	res.Duplicated = effectTwice
 	res.Overlapping = len(overlaps(runs, killedAt))
 	res.check(res.Overlapping == 0, "jobs run twice at once: %v", overlaps(runs, killedAt))
-	res.note("killed worker held %d jobs (%d of them claimed but not started yet); after the kill, the last was rescued (lease %s) at %s, "+
+	res.note("killed worker held %d jobs (%d of them claimed but not started yet); after the kill, the last was back in the queue at %s (its %s lease expired), "+
 		"running again on another worker at %s (a rescued job queues behind the jobs already waiting), completed at %s; each ran exactly once more",
-		again, unstarted, lease, rescued.Round(time.Millisecond), res.Recovery.Round(time.Millisecond), completed.Round(time.Millisecond))
+		again, unstarted, rescued.Round(time.Millisecond), lease, started.Round(time.Millisecond), completed.Round(time.Millisecond))
 	res.note("the %d other jobs ran exactly once each, untouched", untouched)
 	if effectTwice > 0 {
 		res.note("%d of the held jobs had finished their command just before the kill, with the completion not yet written: "+

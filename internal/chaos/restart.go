@@ -84,8 +84,13 @@ func (e *Env) faultyDrain(ctx context.Context, size Size, name string,
 }
 
 // LockWaits drains Size.Jobs jobs with Size.Workers runtimes and no fault,
-// sampling pg_stat_activity every 20 ms: no session may wait on a row lock
-// (SKIP LOCKED everywhere), every job runs exactly once.
+// sampling pg_stat_activity every 20 ms for sessions waiting on a row lock
+// (a wait seen in two samples in a row counts). Every statement of Fila's
+// takes its rows with SKIP LOCKED, but PostgreSQL still waits when it
+// follows the update chain of a row whose claim committed during the lock
+// attempt: such a wait lasts at most one of Fila's single statements. No
+// session may wait on anything else (a transaction that may last), and
+// every job runs exactly once.
 func LockWaits(ctx context.Context, env *Env, size Size) (*Result, error) {
 	res := &Result{Load: fmt.Sprintf("%d jobs, %d runtimes × %d", size.Jobs, size.Workers, drainConcurrency)}
 	db, err := env.newDatabase(ctx, "locks")

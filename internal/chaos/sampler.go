@@ -42,6 +42,21 @@ var filaStatements = []string{
 	"-- Claim up to", "-- Record the outcome", "-- Extend the leases", "-- Give attempts",
 }
 
+// blame records who the session waits for. With no blocker left (the wait
+// ended between reading pg_stat_activity and pg_blocking_pids), the wait
+// lasted about two samples and ended on its own: it counts as bounded unless
+// a later sample names a blocker that may last.
+func (w *lockWait) blame(state, query string) {
+	if state == "" {
+		w.blocker, w.bounded = "a session whose wait had just ended", true
+		return
+	}
+	w.blocker, w.bounded = state+": "+firstLine(query), false
+	for _, p := range filaStatements {
+		w.bounded = w.bounded || (state == "active" && strings.HasPrefix(query, p))
+	}
+}
+
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	if len(s) > 70 {
@@ -83,10 +98,8 @@ func startLockSampler(db *database) *lockSampler {
 				case !seen:
 					cur[pid] = -1
 				case i < 0:
-					w := lockWait{pid: pid, waiter: firstLine(waiter), blocker: bstate + ": " + firstLine(bquery), samples: 2}
-					for _, p := range filaStatements {
-						w.bounded = w.bounded || (bstate == "active" && strings.HasPrefix(bquery, p))
-					}
+					w := lockWait{pid: pid, waiter: firstLine(waiter), samples: 2}
+					w.blame(bstate, bquery)
 					s.mu.Lock()
 					cur[pid] = len(s.waits)
 					s.waits = append(s.waits, w)
@@ -94,6 +107,9 @@ func startLockSampler(db *database) *lockSampler {
 				default:
 					s.mu.Lock()
 					s.waits[i].samples++
+					if bstate != "" {
+						s.waits[i].blame(bstate, bquery)
+					}
 					s.mu.Unlock()
 					cur[pid] = i
 				}
