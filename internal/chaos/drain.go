@@ -74,17 +74,18 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 
 	log := newRunLog()
 	type worker struct {
-		rt    *runtime.Runtime
-		pool  *pgxpool.Pool
-		errc  chan error
-		after uint64
+		rt   *runtime.Runtime
+		pool *pgxpool.Pool
+		errc chan error
 	}
 	workers := make([]*worker, spec.workers)
+	// stopAll stops every runtime still running; it may be called again.
 	stopAll := func() {
-		for _, w := range workers {
+		for i, w := range workers {
 			if w == nil {
 				continue
 			}
+			workers[i] = nil
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			_ = w.rt.Stop(sctx)
 			cancel()
@@ -95,7 +96,6 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 		}
 	}
 	for i := range workers {
-		i := i
 		// The handlers' own pool: their effects go the same way as the
 		// runtime's statements (through the pooler when there is one).
 		pc, err := pgconfig.Pool(spec.mainDSN)
@@ -143,11 +143,7 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 		workers[i] = w
 		go func() { w.errc <- rt.Run(context.WithoutCancel(ctx)) }()
 	}
-	defer func() {
-		if workers != nil {
-			stopAll()
-		}
-	}()
+	defer stopAll()
 	for i, w := range workers {
 		select {
 		case <-w.rt.Ready():
@@ -237,7 +233,6 @@ wait:
 		}
 	}
 	stopAll()
-	workers = nil
 
 	runs := log.snapshot()
 	out.overlapping = overlaps(runs, time.Now())
