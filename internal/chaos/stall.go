@@ -51,6 +51,15 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 	if !waitFor(ctx, 30*time.Second, func() bool { runs, _ := readRunFile(runFile); return len(runs) == 1 }) {
 		return nil, fmt.Errorf("the first worker did not start the job within 30s")
 	}
+	if runs, _ := readRunFile(runFile); len(runs) != 1 || runs[0].ok {
+		return nil, fmt.Errorf("the job finished before the worker could be stopped: make the command longer")
+	}
+	env.progress("stopping worker 0 (pid %d) while its command runs", stalled.pid())
+	if err := stalled.signal(syscall.SIGSTOP); err != nil {
+		return nil, err
+	}
+	stoppedAt := time.Now()
+	// Another worker, to rescue the job once its lease expires.
 	other, err := env.startWorker(db, dir, 1, args...)
 	if err != nil {
 		return nil, err
@@ -59,15 +68,6 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 	if err := env.waitListening(ctx, db, 2); err != nil {
 		return nil, err
 	}
-	if runs, _ := readRunFile(runFile); len(runs) != 1 || runs[0].ok {
-		return nil, fmt.Errorf("the job finished before the worker could be stopped: make the command longer")
-	}
-
-	env.progress("stopping worker 0 (pid %d) while its command runs", stalled.pid())
-	if err := stalled.signal(syscall.SIGSTOP); err != nil {
-		return nil, err
-	}
-	stoppedAt := time.Now()
 	var finishedAt time.Time
 	var attempts int
 	done := waitFor(ctx, 30*time.Second, func() bool {
