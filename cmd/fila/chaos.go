@@ -74,7 +74,7 @@ func runChaos(ctx context.Context, g *globals, args []string) error {
 
 	// A PostgreSQL and a PgBouncer of its own: the scenarios restart them.
 	progress("starting a throwaway PostgreSQL and PgBouncer")
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cluster, err := pgcluster.Start(sctx, pgcluster.Options{Fast: true, Logger: logger})
 	if err != nil {
