@@ -644,7 +644,9 @@ func (r *Runtime) heartbeatLoop(ctx context.Context) {
 			continue
 		}
 		sent := time.Now()
-		hbCtx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+		// A slow heartbeat that still lands before the lease runs out keeps
+		// the job; giving up at the next tick would only let it expire.
+		hbCtx, cancel := context.WithTimeout(ctx, r.cfg.Lease/2)
 		kept, err := r.store.Heartbeat(hbCtx, owned, r.cfg.Lease)
 		cancel()
 		r.mu.Lock()
