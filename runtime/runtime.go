@@ -477,8 +477,11 @@ func (r *Runtime) claimRound(ctx context.Context) (more bool, err error) {
 		}
 	}
 	r.poller.Claimed(found)
-	if !more && !incomplete {
-		r.poller.SetDue(due, hasDue)
+	// Only ever move the timer earlier: a retry written while this claim was
+	// on the wire set a due time the claim's snapshot could not see, and
+	// must not be cleared. A due time that turns out stale costs one claim.
+	if !more && !incomplete && hasDue {
+		r.poller.DueWithin(due)
 	}
 	return more, nil
 }
