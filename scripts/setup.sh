@@ -181,6 +181,7 @@ max_client_conn = 500
 default_pool_size = 20
 server_reset_query =
 ignore_startup_parameters = extra_float_digits,options
+server_login_retry = 1
 ; The suite opens thousands of connections: log only what goes wrong.
 log_connections = 0
 log_disconnections = 0

@@ -241,6 +241,10 @@ func (b *Bouncer) writeIni() error {
 		"admin_users":               "postgres",
 		"server_reset_query":        "",
 		"ignore_startup_parameters": "extra_float_digits,options",
+		// After a failed login (PostgreSQL restarting) PgBouncer waits this
+		// many seconds before trying again; the default 15 s would turn a
+		// 2 s restart into a 15 s outage.
+		"server_login_retry": "1",
 	}
 	for k, v := range b.opts.Settings {
 		settings[k] = v
