@@ -171,8 +171,14 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 		c, err = countJobs(ctx, db.pool, false)
 		return err == nil && c.pending+c.running == 0
 	})
+	// The tracker's last insert may commit just after it stops: give every
+	// good job the same time to complete before counting one as lost.
 	var goodLost int
-	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE kind = 'good' AND state <> 'completed'`).Scan(&goodLost); err != nil {
+	waitFor(ctx, 30*time.Second, func() bool {
+		err = db.pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE kind = 'good' AND state <> 'completed'`).Scan(&goodLost)
+		return err == nil && goodLost == 0
+	})
+	if err != nil {
 		return nil, err
 	}
 	res.Lost += goodLost
