@@ -10,7 +10,8 @@
 #      with pg_ctlcluster when missing or stopped), and postgres@127.0.0.1
 #      connects without a password (the tests' default DSN).
 #   2. wal_level = logical, max_replication_slots >= 10 and
-#      max_wal_senders >= 10, needed by the logical replication wake source.
+#      max_wal_senders >= 10, needed by the logical replication wake source;
+#      max_connections >= 300 for the suite's parallel tests.
 #      Set with ALTER SYSTEM; PostgreSQL is restarted only when one changed.
 #   3. pgbouncer is installed (Debian package). Services are forbidden to
 #      start during the install, so no system PgBouncer takes port 6432.
@@ -120,15 +121,19 @@ if [ "$wal_level" != logical ]; then
 	psql_pg -c 'alter system set wal_level = logical' >/dev/null
 	changed+=("wal_level ${wal_level} -> logical")
 fi
-for name in max_replication_slots max_wal_senders; do
+# max_connections: the suite runs two packages at once, each with parallel
+# tests that start several runtimes (a pool and a listener each); the default
+# 100 runs out.
+for setting in max_replication_slots:10 max_wal_senders:10 max_connections:300; do
+	name=${setting%%:*} want=${setting##*:}
 	value=$(psql_pg -c "show ${name}")
-	if [ "$value" -lt 10 ]; then
-		psql_pg -c "alter system set ${name} = 10" >/dev/null
-		changed+=("${name} ${value} -> 10")
+	if [ "$value" -lt "$want" ]; then
+		psql_pg -c "alter system set ${name} = ${want}" >/dev/null
+		changed+=("${name} ${value} -> ${want}")
 	fi
 done
 if [ "${#changed[@]}" -eq 0 ]; then
-	step "postgresql: wal_level=logical, max_replication_slots and max_wal_senders >= 10 already"
+	step "postgresql: wal_level=logical, max_replication_slots and max_wal_senders >= 10, max_connections >= 300 already"
 else
 	as_root pg_ctlcluster --skip-systemctl-redirect -m fast "$PG_VERSION" main restart
 	wait_for 60 pg_ready || die "postgresql did not come back after the restart"
