@@ -138,18 +138,18 @@ func (w *Writer) write(ctx context.Context, batch []Outcome) bool {
 
 func (w *Writer) abandon(batch []Outcome) {
 	n := len(batch)
+drain:
 	for {
 		select {
 		case _, ok := <-w.in:
 			if !ok {
-				goto done
+				break drain
 			}
 			n++
 		default:
-			goto done
+			break drain
 		}
 	}
-done:
 	if n > 0 {
 		w.log.Warn("outcomes not written before shutdown; their jobs run again after their leases expire",
 			zap.Int("outcomes", n))
