@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/pgcluster"
+	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/migrations"
 )
 
@@ -25,7 +26,7 @@ func TestSourcesSurvivePostgresRestart(t *testing.T) {
 	logger, _ := testLogger(t)
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, Logger: logger})
 	if errors.Is(err, pgcluster.ErrNotInstalled) {
-		t.Skipf("cannot start a cluster: %v", err)
+		testdb.Missing(t, "cannot start a cluster: %v", err)
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cluster.Close()) })

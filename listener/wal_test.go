@@ -27,7 +27,7 @@ func newWALDB(t *testing.T) *testdb.DB {
 	var walLevel string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), "SHOW wal_level").Scan(&walLevel))
 	if walLevel != "logical" {
-		t.Skipf("wal_level is %q on the test server; scripts/setup.sh sets it to logical", walLevel)
+		testdb.Missing(t, "wal_level is %q on the test server; scripts/setup.sh sets it to logical", walLevel)
 	}
 	exec(t, db, "ALTER TABLE fila_jobs DISABLE TRIGGER fila_jobs_notify")
 	// Runs after the source has stopped and before the database is dropped,
@@ -260,7 +260,7 @@ func TestWALRefusesPooler(t *testing.T) {
 	const pgbouncerAddr = "127.0.0.1:6432"
 	c, err := net.DialTimeout("tcp", pgbouncerAddr, time.Second)
 	if err != nil {
-		t.Skipf("no PgBouncer answers at %s (scripts/setup.sh starts one): %v", pgbouncerAddr, err)
+		testdb.Missing(t, "no PgBouncer answers at %s (scripts/setup.sh starts one): %v", pgbouncerAddr, err)
 	}
 	_ = c.Close()
 	pb := os.Getenv("FILA_TEST_PGBOUNCER_URL")
@@ -292,7 +292,7 @@ func TestWALRefusesWALLevelReplica(t *testing.T) {
 		Logger:   logger,
 	})
 	if errors.Is(err, pgcluster.ErrNotInstalled) {
-		t.Skipf("cannot start a cluster with wal_level=replica: %v", err)
+		testdb.Missing(t, "cannot start a cluster with wal_level=replica: %v", err)
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cluster.Close()) })

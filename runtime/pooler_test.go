@@ -24,7 +24,7 @@ func TestListenDSNThroughPgBouncerFailsRun(t *testing.T) {
 	if pb == "" {
 		c, err := net.DialTimeout("tcp", pgbouncerAddr, time.Second)
 		if err != nil {
-			t.Skipf("no PgBouncer answers at %s (scripts/setup.sh starts one): %v", pgbouncerAddr, err)
+			testdb.Missing(t, "no PgBouncer answers at %s (scripts/setup.sh starts one): %v", pgbouncerAddr, err)
 		}
 		_ = c.Close()
 		pb = "postgres://postgres@" + pgbouncerAddr + "/postgres"

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -16,7 +17,7 @@ func walLevelLogical(t *testing.T) {
 	var level string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), "SHOW wal_level").Scan(&level))
 	if level != "logical" {
-		t.Skipf("wal_level is %q; scripts/setup.sh sets it to logical", level)
+		testdb.Missing(t, "wal_level is %q; scripts/setup.sh sets it to logical", level)
 	}
 }
 

@@ -17,6 +17,9 @@
 # A failed pass does not hide the others: all run, and the script ends with a
 # summary and a non-zero status if any failed. A failed setup stops at once.
 #
+# A test whose prerequisite is missing fails here rather than skipping
+# (FILA_TEST_REQUIRE=all).
+#
 # Environment: TEST_DATABASE_URL (direct admin DSN, default
 # postgres://postgres@127.0.0.1:5432/postgres) and FILA_TEST_PGBOUNCER_URL
 # (PgBouncer DSN for pass 4, default postgres://postgres@127.0.0.1:6432/postgres).
@@ -58,6 +61,10 @@ lint() {
 
 header "setup"
 scripts/setup.sh
+
+# Every prerequisite is in place now: a test that finds one missing fails
+# instead of skipping (see internal/testdb.Missing).
+export FILA_TEST_REQUIRE=all
 
 pass "gofmt and go vet" lint
 pass "go test -race (direct to PostgreSQL)" \

@@ -78,7 +78,7 @@ func clusterEnv(t *testing.T, bouncer bool) *chaos.Env {
 	defer cancel()
 	c, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, Logger: e.Logger})
 	if errors.Is(err, pgcluster.ErrNotInstalled) {
-		t.Skipf("cannot start a PostgreSQL of the test's own: %v", err)
+		testdb.Missing(t, "cannot start a PostgreSQL of the test's own: %v", err)
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
@@ -86,7 +86,7 @@ func clusterEnv(t *testing.T, bouncer bool) *chaos.Env {
 	if bouncer || testdb.ThroughPgBouncer() {
 		b, err := pgbouncer.Start(ctx, pgbouncer.Options{UpstreamPort: c.Port(), Logger: e.Logger})
 		if errors.Is(err, pgbouncer.ErrNotInstalled) {
-			t.Skipf("cannot start a PgBouncer of the test's own: %v", err)
+			testdb.Missing(t, "cannot start a PgBouncer of the test's own: %v", err)
 		}
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, b.Close()) })
@@ -107,7 +107,7 @@ func run(t *testing.T, e *chaos.Env, name string, size chaos.Size) *chaos.Result
 	defer cancel()
 	res, err := chaos.Run(ctx, e, sc, size)
 	if chaos.ErrSkipped(err) {
-		t.Skip(err)
+		testdb.Missing(t, "%v", err)
 	}
 	require.NoError(t, err)
 	var b strings.Builder
