@@ -178,7 +178,10 @@ const (
 	// fila_jobs_lease_idx, dead ones from fila_jobs_dead_idx, cancelled
 	// ones from fila_jobs_cancelled_idx, all partial indexes on their
 	// state. Completed rows, and a listing of every state, walk the primary
-	// key backwards: the newest rows come first, and most rows qualify.
+	// key backwards: the newest rows come first, and most rows qualify. No
+	// index leads with kind or queue across states: a filter on them alone
+	// that few rows match reads the whole table, so give a state along with
+	// them where the table is large.
 	listJobsSQL = `SELECT ` + manageColumns + `
 FROM fila_jobs
 WHERE %s
