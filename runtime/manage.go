@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fila-run/fila/internal/channel"
 )
@@ -18,16 +17,9 @@ import (
 // inside the caller's transaction. These functions only write rows; workers
 // notice by themselves. A row that becomes pending wakes the workers of its
 // queue through the table's update trigger, and a running attempt whose row
-// was cancelled is stopped by its worker's next heartbeat.
-
-// DB is what the job management functions need: a *pgxpool.Pool, a
-// *pgx.Conn or a pgx.Tx. Given a transaction, a function's change commits or
-// rolls back with it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// was cancelled is stopped by its worker's next heartbeat. Each function
+// takes a DB: a pool, or the caller's transaction, with which its change
+// commits or rolls back.
 
 // Limits of JobFilter.Limit for ListJobs.
 const (

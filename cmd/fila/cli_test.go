@@ -203,13 +203,13 @@ func TestKindNamesAreChecked(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"enqueue", "--kind", "   ", "--allow-unknown-kind"}, "is blank"},
-		{[]string{"enqueue", "--kind", "a\tb", "--allow-unknown-kind"}, "holds a tab"},
-		{[]string{"enqueue", "--kind", "line\nbreak", "--allow-unknown-kind"}, "holds a tab, newline"},
-		{[]string{"enqueue", "--kind", " padded", "--allow-unknown-kind"}, "starts or ends with a space"},
+		{[]string{"enqueue", "--kind", "   ", "--allow-unknown-kind"}, "starts or ends with a blank"},
+		{[]string{"enqueue", "--kind", "a\tb", "--allow-unknown-kind"}, "holds a control character"},
+		{[]string{"enqueue", "--kind", "line\nbreak", "--allow-unknown-kind"}, "holds a control character"},
+		{[]string{"enqueue", "--kind", " padded", "--allow-unknown-kind"}, "starts or ends with a blank"},
 		{[]string{"enqueue", "--kind", strings.Repeat("k", 201), "--allow-unknown-kind"}, "at most 200"},
-		{[]string{"work", "--exec", "a\tb=true"}, "holds a tab"},
-		{[]string{"work", "--exec", " =true"}, "is blank"},
+		{[]string{"work", "--exec", "a\tb=true"}, "holds a control character"},
+		{[]string{"work", "--exec", " =true"}, "starts or ends with a blank"},
 		{[]string{"work", "--exec", "ok=true", "--exec", "ok=false"}, "--exec: kind ok is given twice"},
 		{[]string{"work", "--exec", "noop=true"}, "noop is a built-in kind"},
 		{[]string{"work", "--exec", "ok=true", "--timeout", "ok=1s", "--timeout", "ok=2s"}, "--timeout: kind ok is given twice"},

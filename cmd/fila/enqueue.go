@@ -36,7 +36,7 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
-	if err := checkKind(*kind); err != nil {
+	if err := runtime.ValidateKind(*kind); err != nil {
 		return fmt.Errorf("--kind: %w", err)
 	}
 	if err := channel.ValidateQueue(*queue); err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/runtime"
 )
@@ -45,9 +44,9 @@ func (f *workFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&f.concurrency, "concurrency", runtime.ConcurrencyDefault, fmt.Sprintf("handlers running at once, 1 to %d", runtime.ConcurrencyMax))
 	fs.StringVar(&f.mode, "mode", string(runtime.ModeNotify), "how workers learn of new jobs: notify, poll or wal")
 	fs.DurationVar(&f.lease, "lease", runtime.LeaseDefault, fmt.Sprintf("lease of a claimed job, kept alive by heartbeats; a crashed worker's job runs again after this (%s to %s)", runtime.LeaseMin, runtime.LeaseMax))
-	fs.DurationVar(&f.safety, "safety-poll", fallbackpoll.SafetyPollDefault, fmt.Sprintf("safety poll interval while the wake source is healthy (%s to %s)", fallbackpoll.SafetyPollMin, fallbackpoll.SafetyPollMax))
-	fs.DurationVar(&f.pollMin, "poll-min", fallbackpoll.PollMinDefault, "poll mode: interval while work flows (above 0)")
-	fs.DurationVar(&f.pollMax, "poll-max", fallbackpoll.PollMaxDefault, "poll mode: idle backoff cap (at least --poll-min)")
+	fs.DurationVar(&f.safety, "safety-poll", runtime.SafetyPollDefault, fmt.Sprintf("safety poll interval while the wake source is healthy (%s to %s)", runtime.SafetyPollMin, runtime.SafetyPollMax))
+	fs.DurationVar(&f.pollMin, "poll-min", runtime.PollMinDefault, "poll mode: interval while work flows (above 0)")
+	fs.DurationVar(&f.pollMax, "poll-max", runtime.PollMaxDefault, "poll mode: idle backoff cap (at least --poll-min)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, let running jobs finish for this long, then cancel them; 0 cancels them at once (a second signal also does)")
 	fs.DurationVar(&f.retention, "retention", runtime.RetentionDefault, "delete completed jobs older than this; negative keeps them")
 }
@@ -75,8 +74,8 @@ func (f *workFlags) check() error {
 		return fmt.Errorf("--concurrency %d out of range: allowed 1 to %d", f.concurrency, runtime.ConcurrencyMax)
 	case f.lease < runtime.LeaseMin || f.lease > runtime.LeaseMax:
 		return fmt.Errorf("--lease %s out of range: allowed %s to %s", f.lease, runtime.LeaseMin, runtime.LeaseMax)
-	case f.safety < fallbackpoll.SafetyPollMin || f.safety > fallbackpoll.SafetyPollMax:
-		return fmt.Errorf("--safety-poll %s out of range: allowed %s to %s", f.safety, fallbackpoll.SafetyPollMin, fallbackpoll.SafetyPollMax)
+	case f.safety < runtime.SafetyPollMin || f.safety > runtime.SafetyPollMax:
+		return fmt.Errorf("--safety-poll %s out of range: allowed %s to %s", f.safety, runtime.SafetyPollMin, runtime.SafetyPollMax)
 	case f.pollMin <= 0:
 		return fmt.Errorf("--poll-min %s: must be above 0", f.pollMin)
 	case f.pollMax < f.pollMin:
@@ -106,7 +105,7 @@ func runWork(ctx context.Context, g *globals, args []string) error {
 	rt, err := runtime.New(runtime.Config{
 		DSN: g.mainDSN(), ListenDSN: g.listenerDSN(), Queues: f.queues, Kinds: kinds,
 		Concurrency: f.concurrency, Mode: runtime.Mode(f.mode), Lease: f.lease,
-		Poll:      fallbackpoll.Config{SafetyPoll: f.safety, PollMin: f.pollMin, PollMax: f.pollMax},
+		SafetyPoll: f.safety, PollMin: f.pollMin, PollMax: f.pollMax,
 		Retention: f.retention, Logger: g.log(),
 	})
 	if err != nil {
@@ -158,7 +157,7 @@ func buildKinds(execs, timeouts multiFlag, stdout io.Writer) ([]runtime.Kind, er
 		if !ok || strings.TrimSpace(command) == "" {
 			return nil, fmt.Errorf("--exec %q: want KIND=COMMAND", e)
 		}
-		if err := checkKind(name); err != nil {
+		if err := runtime.ValidateKind(name); err != nil {
 			return nil, fmt.Errorf("--exec %q: %w", e, err)
 		}
 		if i, dup := index[name]; dup {
