@@ -1,10 +1,12 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,6 +124,10 @@ type ChangeResult struct {
 type JobChange struct {
 	ID   int64  `json:"id"`
 	From string `json:"from"`
+	// RunsAt is set when a retried job is due later than now: it was
+	// cancelled while it ran, and runs again once that attempt's lease has
+	// ended.
+	RunsAt *time.Time `json:"runs_at,omitempty"`
 }
 
 // JobSkip is one job that was left alone.
@@ -190,15 +196,23 @@ WHERE id = $1::bigint`
 	// Retry keeps last_error and errors: the history of what went wrong
 	// stays readable after the job runs again. Its update to pending wakes
 	// the queue's workers through the table's update trigger.
+	//
+	// A job cancelled while it ran still has the lease of its cancelled
+	// attempt (see cancelSQL): until the lease ends, the worker may not have
+	// stopped that attempt yet, so the retried job is due only then. Every
+	// other job is due now.
+	retrySet = `state = 'pending', run_at = greatest(now(), j.lease_until), attempts = 0,
+        lease_until = NULL, finished_at = NULL`
+
 	retrySQL = `WITH want AS (
     SELECT DISTINCT id FROM unnest($1::bigint[]) AS id
 ), changed AS (
     UPDATE fila_jobs j
-    SET state = 'pending', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+    SET ` + retrySet + `
     WHERE j.id IN (SELECT id FROM want) AND j.state IN ('dead', 'cancelled')
-    RETURNING j.id
+    RETURNING j.id, j.run_at
 )
-SELECT w.id, j.state, c.id IS NOT NULL
+SELECT w.id, j.state, c.id IS NOT NULL, CASE WHEN c.run_at > now() THEN c.run_at END
 FROM want w
 LEFT JOIN fila_jobs j ON j.id = w.id
 LEFT JOIN changed c ON c.id = w.id
@@ -216,23 +230,27 @@ ORDER BY w.id`
     FOR UPDATE
 )
 UPDATE fila_jobs j
-SET state = 'pending', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+SET ` + retrySet + `
 FROM picked
 WHERE j.id = picked.id AND j.%s
-RETURNING j.id`
+RETURNING j.id, CASE WHEN j.run_at > now() THEN j.run_at END`
 
 	// A cancelled running attempt is stopped by its worker, whose next
-	// heartbeat finds the row no longer running; its outcome, fenced on the
-	// running state, can no longer be written.
+	// heartbeat finds the row cancelled; its outcome, fenced on the running
+	// state, can no longer be written. The row keeps that attempt's
+	// lease_until: the worker renews its leases several times per lease,
+	// so by then it has seen the cancellation (or, unable to renew, stopped
+	// the handler itself), and a retry does not run the job before.
 	cancelSQL = `WITH want AS (
     SELECT DISTINCT id FROM unnest($1::bigint[]) AS id
 ), changed AS (
     UPDATE fila_jobs j
-    SET state = 'cancelled', finished_at = now(), lease_until = NULL
+    SET state = 'cancelled', finished_at = now(),
+        lease_until = CASE WHEN j.state = 'running' THEN j.lease_until END
     WHERE j.id IN (SELECT id FROM want) AND j.state IN ('pending', 'running')
     RETURNING j.id
 )
-SELECT w.id, j.state, c.id IS NOT NULL
+SELECT w.id, j.state, c.id IS NOT NULL, NULL::timestamptz
 FROM want w
 LEFT JOIN fila_jobs j ON j.id = w.id
 LEFT JOIN changed c ON c.id = w.id
@@ -245,7 +263,7 @@ ORDER BY w.id`
     WHERE j.id IN (SELECT id FROM want) AND j.state <> 'running'
     RETURNING j.id
 )
-SELECT w.id, j.state, c.id IS NOT NULL
+SELECT w.id, j.state, c.id IS NOT NULL, NULL::timestamptz
 FROM want w
 LEFT JOIN fila_jobs j ON j.id = w.id
 LEFT JOIN changed c ON c.id = w.id
@@ -360,7 +378,9 @@ func jobRowFields(j *JobRow) []any {
 
 // Retry puts dead and cancelled jobs back to pending, due now, with their
 // attempts reset to 0; their last_error and error history stay. Workers of
-// the job's queue are woken at once. Running jobs are refused (cancel them
+// the job's queue are woken at once. A job cancelled while it ran is due
+// when that attempt's lease ends instead (JobChange.RunsAt), so it never
+// runs beside an attempt its worker has not stopped yet. Running jobs are refused (cancel them
 // first), and so are completed ones: their effect happened, and running it
 // again is a new job's business (enqueue one). Pending jobs are left as
 // they are.
@@ -414,21 +434,27 @@ func RetryWhere(ctx context.Context, db DB, f JobFilter) (ChangeResult, error) {
 	if err != nil {
 		return ChangeResult{}, fmt.Errorf("retry jobs: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	changed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobChange, error) {
+		c := JobChange{From: f.State}
+		err := row.Scan(&c.ID, &c.RunsAt)
+		return c, err
+	})
 	if err != nil {
 		return ChangeResult{}, fmt.Errorf("retry jobs: %w", err)
 	}
-	res := ChangeResult{Changed: make([]JobChange, len(ids)), Skipped: []JobSkip{}}
-	for i, id := range ids {
-		res.Changed[i] = JobChange{ID: id, From: f.State}
+	slices.SortFunc(changed, func(a, b JobChange) int { return cmp.Compare(a.ID, b.ID) })
+	if changed == nil {
+		changed = []JobChange{}
 	}
-	return res, nil
+	return ChangeResult{Changed: changed, Skipped: []JobSkip{}}, nil
 }
 
 // Cancel cancels pending and running jobs: a pending job will not run, and
 // a running one has its handler's context cancelled by its worker within
-// one heartbeat, with no outcome written for that attempt. Jobs already
-// finished (completed, dead or cancelled) are left as they are.
+// one heartbeat (with ErrCancelled as the cause), and no outcome written for
+// that attempt. A job cancelled while it ran keeps its attempt's
+// lease_until, the time by which its worker has surely stopped it. Jobs
+// already finished (completed, dead or cancelled) are left as they are.
 func Cancel(ctx context.Context, db DB, ids ...int64) (ChangeResult, error) {
 	res, err := changeJobs(ctx, db, cancelSQL, ids, func(id int64, state string) string {
 		switch state {
@@ -460,7 +486,8 @@ func Delete(ctx context.Context, db DB, ids ...int64) (ChangeResult, error) {
 }
 
 // changeJobs runs one of the by-id statements, whose rows are (id, state
-// before, changed), and sorts its ids into changed and skipped.
+// before, changed, due later at), and sorts its ids into changed and
+// skipped.
 func changeJobs(ctx context.Context, db DB, sql string, ids []int64, reason func(id int64, state string) string) (ChangeResult, error) {
 	res := ChangeResult{Changed: []JobChange{}, Skipped: []JobSkip{}}
 	if len(ids) == 0 {
@@ -476,13 +503,14 @@ func changeJobs(ctx context.Context, db DB, sql string, ids []int64, reason func
 			id      int64
 			state   *string
 			changed bool
+			runsAt  *time.Time
 		)
-		if err := rows.Scan(&id, &state, &changed); err != nil {
+		if err := rows.Scan(&id, &state, &changed, &runsAt); err != nil {
 			return res, err
 		}
 		switch {
-		case changed:
-			res.Changed = append(res.Changed, JobChange{ID: id, From: *state})
+		case changed && state != nil:
+			res.Changed = append(res.Changed, JobChange{ID: id, From: *state, RunsAt: runsAt})
 		case state == nil:
 			res.Skipped = append(res.Skipped, JobSkip{ID: id, Reason: fmt.Sprintf("job %d does not exist", id)})
 		default:

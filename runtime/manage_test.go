@@ -451,3 +451,84 @@ func TestDeleteRefusesRunningJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{id}, res.IDs())
 }
+
+// TestCancelledRunningJobIsStopped: the handler of a running job that is
+// cancelled sees ErrCancelled as its context's cause, and nothing is written
+// for that attempt.
+func TestCancelledRunningJobIsStopped(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	stopped := make(chan error, 1)
+	cfg := baseConfig(t, db, runtime.Kind{Name: "hold", Handler: func(ctx context.Context, j *runtime.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		stopped <- context.Cause(ctx)
+		return errors.New("stopped")
+	}})
+	cfg.Lease = 3 * time.Second // heartbeats every second
+	rt := start(t, cfg)
+	id, err := runtime.Insert(ctx, db.Pool, "hold", nil, nil)
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("job not started")
+	}
+	res, err := runtime.Cancel(ctx, db.Pool, id)
+	require.NoError(t, err)
+	require.Equal(t, []runtime.JobChange{{ID: id, From: "running"}}, res.Changed)
+	select {
+	case cause := <-stopped:
+		require.ErrorIs(t, cause, runtime.ErrCancelled)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cancelled job's handler still runs")
+	}
+	waitFor(t, 10*time.Second, "the runtime let go of the attempt", func() bool { return rt.Stats().Running == 0 })
+	j, err := runtime.GetJob(ctx, db.Pool, id)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", j.State)
+	require.Equal(t, 1, j.Attempts)
+	require.Empty(t, j.LastError, "no outcome is written for a cancelled attempt")
+	require.Empty(t, j.Errors)
+	require.NotNil(t, j.FinishedAt)
+}
+
+// TestRetryAfterCancelNeverRunsTwiceAtOnce: retrying a job the moment it
+// was cancelled while running does not start it again beside the attempt
+// its worker has not stopped yet; it runs once that attempt's lease ends.
+func TestRetryAfterCancelNeverRunsTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	var running, most, starts atomic.Int32
+	cfg := baseConfig(t, db, runtime.Kind{Name: "hold", Handler: func(ctx context.Context, j *runtime.Job) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if starts.Add(1) > 1 {
+			return nil
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}})
+	cfg.Lease = 3 * time.Second
+	start(t, cfg)
+	id, err := runtime.Insert(ctx, db.Pool, "hold", nil, nil)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "first attempt running", func() bool { return running.Load() == 1 })
+
+	_, err = runtime.Cancel(ctx, db.Pool, id)
+	require.NoError(t, err)
+	res, err := runtime.Retry(ctx, db.Pool, id)
+	require.NoError(t, err)
+	require.Len(t, res.Changed, 1)
+	require.NotNil(t, res.Changed[0].RunsAt, "due when the cancelled attempt's lease ends")
+	retried := time.Now()
+	waitFor(t, 30*time.Second, "retried job completed", func() bool { s, _, _ := jobState(t, db, id); return s == "completed" })
+	t.Logf("completed %s after the retry (lease 3s)", time.Since(retried).Round(time.Millisecond))
+	require.EqualValues(t, 2, starts.Load())
+	require.EqualValues(t, 1, most.Load(), "the job ran twice at once")
+}

@@ -252,6 +252,7 @@ func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 		return nil
 	}
 	fmt.Fprintf(g.stdout, "retried %s: %s\n", plural(len(res.Changed), *state+" job"), idList(res.IDs()))
+	printLaterRuns(g.stdout, res)
 	return nil
 }
 
@@ -311,8 +312,19 @@ func changeByID(ctx context.Context, g *globals, args []string, asJSON bool, ver
 				}
 			}
 		}
+		printLaterRuns(g.stdout, res)
 	}
 	return res.Err()
+}
+
+// printLaterRuns names the retried jobs that are due later than now.
+func printLaterRuns(w io.Writer, res runtime.ChangeResult) {
+	for _, c := range res.Changed {
+		if c.RunsAt != nil {
+			fmt.Fprintf(w, "job %d was cancelled while it ran: it runs again from %s, once that attempt's lease has ended\n",
+				c.ID, showTime(c.RunsAt))
+		}
+	}
 }
 
 // parseIDs reads job ids, each a positive whole number.
