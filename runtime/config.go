@@ -161,6 +161,9 @@ type Config struct {
 	// the job, so a process should exit once Run returns. Defaults to
 	// HardStopGraceDefault.
 	HardStopGrace time.Duration
+	// Observer, if set, is told of every wake-up, claim and outcome (see
+	// package metrics). Defaults to none.
+	Observer Observer
 	// Logger defaults to zap.NewNop().
 	Logger *zap.Logger
 }
@@ -193,6 +196,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 	if c.SafetyPoll == 0 {
 		c.SafetyPoll = SafetyPollDefault

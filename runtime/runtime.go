@@ -41,6 +41,9 @@ type Stats struct {
 	Released  uint64 // attempts given back at shutdown
 	Running   int    // handlers running now
 	Healthy   bool   // the wake source is healthy (always false in poll mode)
+	// Reconnects counts the wake source's reconnections after a lost
+	// connection.
+	Reconnects uint64
 }
 
 // Runtime runs handlers for jobs of its queues. Its parts, each in a file of
@@ -68,6 +71,7 @@ type Runtime struct {
 	registry  *registry
 
 	started      atomic.Bool
+	opened       atomic.Bool // open succeeded: pools, store and source are set
 	ready        chan struct{}
 	done         chan struct{}
 	claimingDone chan struct{}
@@ -150,8 +154,47 @@ func (r *Runtime) Stats() Stats {
 	r.ctlMu.Unlock()
 	if src != nil {
 		s.Healthy = src.Healthy()
+		s.Reconnects = src.Stats().Reconnects
 	}
 	return s
+}
+
+// Mode is the runtime's mode.
+func (r *Runtime) Mode() Mode { return r.cfg.Mode }
+
+// Queues are the queues the runtime works.
+func (r *Runtime) Queues() []string { return slices.Clone(r.cfg.Queues) }
+
+// ErrNotReady is wrapped by CheckReady's error.
+var ErrNotReady = errors.New("fila: worker not ready")
+
+// CheckReady says whether the runtime works as configured: it is running,
+// the database answers within ctx, and its wake source is up (ModePoll has
+// none). A worker whose wake source is down still claims, by polling, but
+// picks jobs up late: report it not ready, for a readiness probe.
+func (r *Runtime) CheckReady(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return fmt.Errorf("%w: stopped", ErrNotReady)
+	default:
+	}
+	if !r.opened.Load() {
+		return fmt.Errorf("%w: not started", ErrNotReady)
+	}
+	r.ctlMu.Lock()
+	src := r.source
+	r.ctlMu.Unlock()
+	if err := r.control.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: the database does not answer: %w", ErrNotReady, err)
+	}
+	if src != nil && !src.Healthy() {
+		reason := src.Stats().LastError
+		if reason == "" {
+			reason = "not connected yet"
+		}
+		return fmt.Errorf("%w: the %s wake source is down: %s", ErrNotReady, r.cfg.Mode, reason)
+	}
+	return nil
 }
 
 // Pool is Config.Pool, or the pool the runtime opened from DSN (nil before
@@ -184,6 +227,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		close(r.claimingDone)
 		return err
 	}
+	r.opened.Store(true)
 	defer r.closePools()
 
 	// Outcomes, heartbeats and the worker's row outlive claiming and
