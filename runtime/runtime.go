@@ -57,6 +57,7 @@ type Runtime struct {
 	log       *zap.Logger
 	kinds     map[string]Kind
 	kindNames []string
+	limits    []claimer.KindLimit
 
 	pool        *pgxpool.Pool
 	owns        bool // Fila opened pool and must close it
@@ -100,6 +101,9 @@ func New(cfg Config) (*Runtime, error) {
 	for _, k := range cfg.Kinds {
 		r.kinds[k.Name] = k
 		r.kindNames = append(r.kindNames, k.Name)
+		if k.Limit != nil {
+			r.limits = append(r.limits, claimer.KindLimit{Kind: k.Name, Key: k.Limit.Key, Max: k.Limit.Max})
+		}
 	}
 	slices.Sort(r.kindNames)
 	if cfg.MaxConcurrency > 0 {
