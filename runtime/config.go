@@ -179,6 +179,10 @@ type Config struct {
 	// the job, so a process should exit once Run returns. Defaults to
 	// HardStopGraceDefault.
 	HardStopGrace time.Duration
+	// Recurring are tasks this worker schedules: each enqueues a job at
+	// every slot of its schedule. Any number of workers may declare the same
+	// task; exactly one job is enqueued per slot. Defaults to none.
+	Recurring []RecurringTask
 	// Observer, if set, is told of every wake-up, claim and outcome (see
 	// package metrics). Defaults to none.
 	Observer Observer
@@ -295,6 +299,16 @@ func (c Config) Validate() error {
 			}
 		}
 		seen[k.Name] = true
+	}
+	names := map[string]bool{}
+	for _, t := range c.Recurring {
+		if _, _, err := t.validate(); err != nil {
+			return fmt.Errorf("Recurring: %w", err)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("Recurring: task %q is declared twice", t.Name)
+		}
+		names[t.Name] = true
 	}
 	if c.Concurrency < 1 || c.Concurrency > ConcurrencyMax {
 		return fmt.Errorf("Concurrency %d out of range: allowed 1 to %d", c.Concurrency, ConcurrencyMax)

@@ -272,6 +272,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	go func() { claimedOnce.Wait(); close(firstClaims) }()
 	g.Go(func() error { r.markReady(gctx, firstClaims); return nil })
 	g.Go(func() error { return r.maintenanceLoop(gctx) })
+	g.Go(func() error { return r.schedulerLoop(gctx) })
 	r.log.Info("runtime started", zap.Strings("queues", r.cfg.Queues), zap.String("mode", string(r.cfg.Mode)),
 		zap.Int("concurrency", r.cfg.Concurrency), zap.Int("max_concurrency", r.cfg.MaxConcurrency),
 		zap.Duration("lease", r.cfg.Lease), zap.Strings("kinds", r.kindNames), zap.String("worker_id", r.registry.id))
