@@ -81,7 +81,7 @@ func TestRecurringMissedSlots(t *testing.T) {
 		{Name: "none", Schedule: "@every 1m", Kind: "k", Missed: runtime.MissedNone},
 	}
 	start(t, cfg)
-	waitFor(t, 10*time.Second, "the latest missed slot enqueued", func() bool {
+	waitFor(t, 30*time.Second, "the latest missed slot enqueued", func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE unique_key LIKE 'fila:recurring:latest:%'`).Scan(&n))
 		return n == 1
