@@ -57,6 +57,10 @@ func (s *suite) runFloor(ctx context.Context, claim bool, rate int) (res bench.L
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	ch, _ := channel.ForQueue("default")
+	// Producers notify only while someone says it sleeps on the queue.
+	if _, err := conn.Exec(ctx, `INSERT INTO fila_sleepers (queue, worker) VALUES ('*', 'floor')`); err != nil {
+		return res, fmt.Errorf("record the floor as a sleeper: %w", err)
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 		return res, fmt.Errorf("listen: %w", err)
 	}
