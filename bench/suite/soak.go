@@ -159,9 +159,12 @@ func (s *suite) soak(ctx context.Context) (err error) {
 	begin := time.Now()
 	tr.start(begin)
 	pctx, stopProducers := context.WithDeadline(ctx, begin.Add(duration))
-	defer stopProducers()
 	prodErr := make(chan error, 1)
 	go func() { prodErr <- soakProduce(pctx, prodPool, tr, rate, prog) }()
+	// On every path the producers stop and are waited for before their
+	// pool closes.
+	producersDone := sync.OnceValue(func() error { stopProducers(); return <-prodErr })
+	defer producersDone()
 
 	lastCompleted, lastInserted := rt.Stats().Completed, int64(0)
 	windows := int(duration / window)
@@ -188,8 +191,7 @@ func (s *suite) soak(ctx context.Context) (err error) {
 		res.Windows = append(res.Windows, row)
 		last, lastCompleted, lastInserted = st, completed, inserted
 	}
-	stopProducers()
-	if err := <-prodErr; err != nil {
+	if err := producersDone(); err != nil {
 		return err
 	}
 	res.Inserted = int(tr.inserted.Load())
