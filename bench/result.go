@@ -114,6 +114,7 @@ type SoakResult struct {
 	RetentionSec float64      `json:"retention_sec"` // the runtime's Retention
 	Inserted     int          `json:"inserted"`      // jobs committed
 	Lost         int          `json:"lost"`          // committed, not started within 5 s of the end
+	Config       string       `json:"config"`        // the runtime's sizing
 	Windows      []SoakWindow `json:"windows"`
 }
 

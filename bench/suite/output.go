@@ -234,9 +234,9 @@ func soakSection(b *bytes.Buffer, r *Results) error {
 		return nil
 	}
 	t := report.Table{
-		Title: fmt.Sprintf("Soak: fila %s, producers asked %d jobs/s for %s, Retention %s, one row per %s",
-			x.Mode, x.RatePerSec, time.Duration(x.Seconds*float64(time.Second)), time.Duration(x.RetentionSec*float64(time.Second)),
-			time.Duration(x.WindowSec*float64(time.Second))),
+		Title: fmt.Sprintf("Soak: fila %s (%s, Retention %s), producers asked %d jobs/s for %s, one row per %s",
+			x.Mode, x.Config, time.Duration(x.RetentionSec*float64(time.Second)), x.RatePerSec,
+			time.Duration(x.Seconds*float64(time.Second)), time.Duration(x.WindowSec*float64(time.Second))),
 		Header: []string{"until s", "inserted/s", "completed/s", "deleted/s", "picked up", "p50", "p99",
 			"table", "indexes", "live rows", "dead rows"},
 		AlignRight: []bool{true, true, true, true, true, true, true, true, true, true, true},
@@ -252,7 +252,8 @@ func soakSection(b *bytes.Buffer, r *Results) error {
 	if err := t.Write(b); err != nil {
 		return err
 	}
-	fmt.Fprintf(b, "%d jobs committed, %d lost. Producers commit every %s what the schedule owes, in one transaction.\n"+
+	fmt.Fprintf(b, "%d jobs committed, %d not started within 5 s of the end. Producers commit every %s what the schedule owes,\n"+
+		"in one transaction.\n"+
 		"table: pg_total_relation_size('fila_jobs'); deleted/s: retention's deletes (pg_stat_user_tables.n_tup_del);\n"+
 		"live and dead rows: the statistics' estimates. p50/p99: pickup latency of the jobs whose handler started in the row.\n",
 		x.Inserted, x.Lost, soakTick)

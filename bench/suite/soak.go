@@ -116,7 +116,8 @@ func readTableStats(ctx context.Context, pool *pgxpool.Pool) (tableStats, error)
 }
 
 // soak runs producers at SoakRate for SoakDuration against one notify-mode
-// runtime with SoakRetention, and reports each SoakWindow: pickup p50/p99,
+// runtime sized as in the drain (Workers, ClaimBatch) with SoakRetention,
+// and reports each SoakWindow: pickup p50/p99,
 // the rates of insertion, completion and deletion, and the table's size.
 func (s *suite) soak(ctx context.Context) (err error) {
 	db, err := s.srv.fresh(ctx)
@@ -125,7 +126,11 @@ func (s *suite) soak(ctx context.Context) (err error) {
 	}
 	defer func() { err = errors.Join(err, db.drop()) }()
 	tr := newSoakTracker(s.opts.SoakWindow)
-	cfg := runtimeConfig(ModeNotify, db.dsn, s.log, tr.handle)
+	// Sized as the throughput scenarios are: the runtime's default
+	// Concurrency of 20 is for handlers that do work, not for thousands of
+	// no-op jobs a second.
+	cfg := s.throughputConfig(db.dsn)
+	cfg.Kinds[0].Handler = tr.handle
 	cfg.Retention = s.opts.SoakRetention
 	rt, err := runtime.New(cfg)
 	if err != nil {
@@ -155,7 +160,7 @@ func (s *suite) soak(ctx context.Context) (err error) {
 	prog := report.NewProgress(s.opts.Progress, fmt.Sprintf("soak %d/s", rate), int(float64(rate)*duration.Seconds()))
 	defer prog.Done()
 	res := &bench.SoakResult{System: SystemFila, Mode: ModeNotify, RatePerSec: rate, Seconds: duration.Seconds(),
-		WindowSec: window.Seconds(), RetentionSec: s.opts.SoakRetention.Seconds()}
+		WindowSec: window.Seconds(), RetentionSec: s.opts.SoakRetention.Seconds(), Config: s.configNote()}
 	begin := time.Now()
 	tr.start(begin)
 	pctx, stopProducers := context.WithDeadline(ctx, begin.Add(duration))

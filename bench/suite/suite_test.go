@@ -329,7 +329,7 @@ func TestSoak(t *testing.T) {
 
 	var text bytes.Buffer
 	require.NoError(t, suite.WriteText(&text, res))
-	require.Contains(t, text.String(), "Soak: fila notify, producers asked 300 jobs/s for 3s")
+	require.Contains(t, text.String(), "Soak: fila notify (Concurrency=20 ClaimBatch=100, Retention 1s), producers asked 300 jobs/s for 3s")
 	require.Regexp(t, `soak: table size within 2× the first window's: (met|MISSED)`, text.String())
 	require.Regexp(t, `soak: p99 flat \(last window ≤ 1.5× the first\): (met|MISSED)`, text.String())
 }
