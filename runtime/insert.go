@@ -3,11 +3,9 @@ package runtime
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/fila-run/fila/claimer"
 	"github.com/fila-run/fila/internal/channel"
 )
 
@@ -63,11 +61,8 @@ func prepare(p InsertParams) (insertRow, error) {
 	if err := channel.ValidateQueue(r.queue); err != nil {
 		return r, err
 	}
-	if r.kind == "" {
-		return r, errors.New("job kind is empty")
-	}
-	if len(r.kind) > 200 {
-		return r, fmt.Errorf("job kind %q is longer than 200 bytes", r.kind[:40]+"…")
+	if err := ValidateKind(r.kind); err != nil {
+		return r, err
 	}
 	switch {
 	case r.maxAttempts == 0:
@@ -105,7 +100,7 @@ func prepare(p InsertParams) (insertRow, error) {
 // Insert enqueues one job and returns its id. db may be a pool or a
 // transaction: inside a transaction (see InsertTx) the job becomes visible to
 // workers only when it commits, and never if it rolls back.
-func Insert(ctx context.Context, db claimer.DB, kind string, payload any, opts *InsertOpts) (int64, error) {
+func Insert(ctx context.Context, db DB, kind string, payload any, opts *InsertOpts) (int64, error) {
 	p := InsertParams{Kind: kind, Payload: payload}
 	if opts != nil {
 		p.InsertOpts = *opts
@@ -123,13 +118,13 @@ func Insert(ctx context.Context, db claimer.DB, kind string, payload any, opts *
 
 // InsertTx enqueues one job inside the caller's transaction, in the same
 // commit as the business data it belongs to.
-func InsertTx(ctx context.Context, tx claimer.DB, kind string, payload any, opts *InsertOpts) (int64, error) {
+func InsertTx(ctx context.Context, tx DB, kind string, payload any, opts *InsertOpts) (int64, error) {
 	return Insert(ctx, tx, kind, payload, opts)
 }
 
 // InsertMany enqueues many jobs in one statement and returns their ids in
 // order. Nothing is inserted if any job is invalid.
-func InsertMany(ctx context.Context, db claimer.DB, jobs []InsertParams) ([]int64, error) {
+func InsertMany(ctx context.Context, db DB, jobs []InsertParams) ([]int64, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
