@@ -149,8 +149,10 @@ func TestIdle(t *testing.T) {
 }
 
 // idleSlack is how many transactions over its bound an idle worker's
-// window may show from start-up noise.
-const idleSlack = 3
+// window may show from start-up noise on a loaded machine (up to 5 were
+// seen). A claim loop runs hundreds a second, and a poll at twice its
+// interval twenty more in the 1 s window: either still breaks the bound.
+const idleSlack = 8
 
 func TestProducers(t *testing.T) {
 	t.Parallel()
