@@ -65,7 +65,7 @@ func (s *suite) runFloor(ctx context.Context, mode string, rate int) (res bench.
 			err = errors.Join(err, lerr)
 		}
 	}()
-	return s.measure(ctx, db, rec, SystemFloor, mode, rate, ScenarioFloor)
+	return s.measure(ctx, db, rec, SystemFloor, mode, rate, ScenarioLatency)
 }
 
 // listenConn opens a direct connection and LISTENs on queue's channel.
