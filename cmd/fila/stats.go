@@ -132,12 +132,12 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 
 	fmt.Fprintln(w, "\nQueues")
 	if len(s.Queues) == 0 {
-		fmt.Fprintln(w, "  (no jobs)")
+		fmt.Fprintln(w, "  (no pending or running jobs)")
 	} else {
-		fmt.Fprintln(tw, "queue\trunnable\tscheduled\toldest runnable waited\trunning\tpast lease\tdead\tcancelled\t")
+		fmt.Fprintln(tw, "queue\trunnable\tscheduled\toldest runnable waited\trunning\tpast lease\t")
 		for _, q := range s.Queues {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t\n", q.Queue, q.Runnable, q.Scheduled,
-				seconds(q.OldestRunnableSeconds), q.Running, q.ExpiredLeases, q.Dead, q.Cancelled)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t\n", q.Queue, q.Runnable, q.Scheduled,
+				seconds(q.OldestRunnableSeconds), q.Running, q.ExpiredLeases)
 		}
 		tw.Flush()
 	}
@@ -180,6 +180,8 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 		}
 		tw.Flush()
 	}
+
+	fmt.Fprintf(w, "\nCancelled jobs held: %d\n", s.Cancelled)
 
 	fmt.Fprintf(w, "\nWorkers: %d live", len(s.Workers))
 	if s.GoneWorkers > 0 {

@@ -67,15 +67,15 @@ func TestStatsHuman(t *testing.T) {
 	require.NotContains(t, out, "\t", "text written by hand must not break the tables")
 
 	orders := row(t, out, "orders")
-	require.Len(t, orders, 8, "queue runnable scheduled oldest running past-lease dead cancelled: %v", orders)
+	require.Len(t, orders, 6, "queue runnable scheduled oldest running past-lease: %v", orders)
 	require.Equal(t, []string{"2", "2"}, orders[1:3])
 	oldest, err := time.ParseDuration(orders[3])
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, oldest, 90*time.Second)
 	require.Less(t, oldest, 150*time.Second)
-	require.Equal(t, []string{"2", "1", "0", "1"}, orders[4:])
+	require.Equal(t, []string{"2", "1"}, orders[4:])
 	require.Equal(t, []string{"mail.v2", "1", "0"}, row(t, out, "mail.v2")[:3])
-	require.Equal(t, []string{"0", "0", "3", "0"}, row(t, out, "mail.v2")[4:])
+	require.Equal(t, []string{"0", "0"}, row(t, out, "mail.v2")[4:])
 
 	require.Contains(t, out, "Completed jobs held: 5\n")
 	require.NotContains(t, out, "≈")
@@ -93,6 +93,7 @@ func TestStatsHuman(t *testing.T) {
 	require.True(t, strings.HasSuffix(sms, "…"), "a long error is cut: %s", sms)
 	require.Equal(t, []string{"tab", "kind", "1", "0.00", "1", "1000.0", "1000.0"}, row(t, out, "tab"))
 
+	require.Contains(t, out, "Cancelled jobs held: 1\n")
 	require.Contains(t, out, "Workers: 0 live")
 	require.Contains(t, out, "Notify trigger: on")
 	require.Contains(t, out, "Notification queue usage: 0.0000%")
@@ -108,13 +109,14 @@ func TestStatsJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &s))
 	require.Len(t, s.Queues, 2)
 	require.Equal(t, "mail.v2", s.Queues[0].Queue)
-	require.Equal(t, int64(3), s.Queues[0].Dead)
+	require.Equal(t, int64(1), s.Queues[0].Runnable)
 	require.Equal(t, "orders", s.Queues[1].Queue)
 	require.Equal(t, int64(1), s.Queues[1].ExpiredLeases)
 	require.Equal(t, stats.Completed{Jobs: 5, Estimate: false}, s.Completed)
 	require.Equal(t, int64(4), s.Recent.Jobs)
 	require.Len(t, s.Dead, 2)
 	require.Equal(t, int64(3), s.DeadJobs())
+	require.Equal(t, int64(1), s.Cancelled)
 
 	// The raw document: estimate is a boolean, lists are [] and a run time
 	// that cannot be known is null.

@@ -6,6 +6,11 @@ package stats
 // the default 24 h retention the table holds tens of millions of completed
 // rows. TestQueriesUseIndexes holds every statement here to that.
 const (
+	// Every statement reads at most a backlog's worth of index entries:
+	// starting parallel workers for that costs more than it saves, several
+	// times over on a small machine. Local to the snapshot's transaction.
+	serialSQL = `SET LOCAL max_parallel_workers_per_gather = 0`
+
 	clockSQL = `SELECT now(), pg_notification_queue_usage()`
 
 	// Reads fila_jobs_pending_idx, which holds queue and run_at.
@@ -21,14 +26,14 @@ GROUP BY queue`
 FROM fila_jobs WHERE state = 'running'
 GROUP BY queue`
 
-	// Reads fila_jobs_dead_idx and fila_jobs_cancelled_idx, one branch each:
-	// a partial index serves only a query whose WHERE implies its predicate.
-	finishedSQL = `SELECT queue, 'dead', count(*) FROM fila_jobs WHERE state = 'dead' GROUP BY queue
-UNION ALL
-SELECT queue, 'cancelled', count(*) FROM fila_jobs WHERE state = 'cancelled' GROUP BY queue`
+	// Reads fila_jobs_cancelled_idx alone. Dead and cancelled rows are never
+	// deleted by Fila, so they are counted from their indexes without
+	// visiting the table: not per queue, which the indexes do not hold.
+	cancelledSQL = `SELECT count(*) FROM fila_jobs WHERE state = 'cancelled'`
 
-	// Dead jobs per kind from fila_jobs_dead_idx (kind, finished_at), and the
-	// most recent one's error by one backward step of the same index per kind.
+	// Dead jobs per kind from fila_jobs_dead_idx (kind, finished_at) alone,
+	// and the most recent one's error by one backward step of the same index
+	// per kind.
 	deadSQL = `SELECT d.kind, d.jobs, d.last_at, coalesce(l.last_error, '')
 FROM (SELECT kind, count(*) AS jobs, max(finished_at) AS last_at
       FROM fila_jobs WHERE state = 'dead' GROUP BY kind) d

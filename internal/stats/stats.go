@@ -70,8 +70,6 @@ type Queue struct {
 	// ExpiredLeases counts running jobs past their lease: their worker died
 	// or stalled, and the next claim by any worker rescues them.
 	ExpiredLeases int64 `json:"expired_leases"`
-	Dead          int64 `json:"dead"`
-	Cancelled     int64 `json:"cancelled"`
 }
 
 // Completed is the number of completed jobs the table holds (until
@@ -146,7 +144,9 @@ type Snapshot struct {
 	Completed Completed  `json:"completed"`
 	Recent    Recent     `json:"recent"`
 	Dead      []KindDead `json:"dead"`
-	Workers   []Worker   `json:"workers"` // live ones
+	// Cancelled counts the cancelled jobs the table holds.
+	Cancelled int64    `json:"cancelled"`
+	Workers   []Worker `json:"workers"` // live ones
 	// GoneWorkers counts worker rows not updated for WorkerGoneAfter: the
 	// process died without a clean stop.
 	GoneWorkers int `json:"gone_workers"`
@@ -217,6 +217,9 @@ func CollectWindow(ctx context.Context, db DB, w Window) (*Snapshot, error) {
 }
 
 func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
+	if _, err := tx.Exec(ctx, serialSQL); err != nil {
+		return err
+	}
 	if err := tx.QueryRow(ctx, clockSQL).Scan(&s.At, &s.NotificationQueueUsage); err != nil {
 		return err
 	}
@@ -231,6 +234,9 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 	}
 	if err := s.readDead(ctx, tx); err != nil {
 		return fmt.Errorf("dead: %w", err)
+	}
+	if err := tx.QueryRow(ctx, cancelledSQL).Scan(&s.Cancelled); err != nil {
+		return fmt.Errorf("cancelled: %w", err)
 	}
 	if err := tx.QueryRow(ctx, triggerSQL).Scan(&s.NotifyTrigger); err != nil {
 		return fmt.Errorf("trigger: %w", err)
@@ -276,19 +282,6 @@ func (s *Snapshot) readQueues(ctx context.Context, tx pgx.Tx) error {
 		return nil
 	}); err != nil {
 		return fmt.Errorf("running: %w", err)
-	}
-	var state string
-	var n int64
-	rows, _ = tx.Query(ctx, finishedSQL)
-	if _, err := pgx.ForEachRow(rows, []any{&name, &state, &n}, func() error {
-		if state == "dead" {
-			queue(name).Dead = n
-		} else {
-			queue(name).Cancelled = n
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("dead and cancelled: %w", err)
 	}
 	s.Queues = make([]Queue, 0, len(byName))
 	for _, q := range byName {
