@@ -2,30 +2,16 @@ package claimer
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-)
-
-var (
-	//go:embed sql/claim.sql
-	claimSQL string
-	//go:embed sql/finish.sql
-	finishSQL string
-	//go:embed sql/heartbeat.sql
-	heartbeatSQL string
-	//go:embed sql/release.sql
-	releaseSQL string
-	//go:embed sql/complete_tx.sql
-	completeTxSQL string
-	//go:embed sql/retention.sql
-	retentionSQL string
 )
 
 // DB is what the store needs: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -35,41 +21,52 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// Attempt identifies one attempt of a job: what every write after the claim
+// is fenced on. Attempt counts the attempts used; StartedAt tells apart two
+// claims with the same count (an interrupted attempt is not counted, and an
+// operator's retry resets the count).
+type Attempt struct {
+	ID        int64
+	Attempt   int
+	StartedAt time.Time
+}
+
+// AttemptKey is an Attempt usable as a map key.
+type AttemptKey struct {
+	ID      int64
+	Attempt int
+	Started int64 // StartedAt in microseconds, the database's precision
+}
+
+// Key returns a's map key.
+func (a Attempt) Key() AttemptKey {
+	return AttemptKey{ID: a.ID, Attempt: a.Attempt, Started: a.StartedAt.UnixMicro()}
+}
+
 // Job is one claimed attempt of a job.
 type Job struct {
-	ID          int64
+	Attempt
 	Queue       string
 	Kind        string
 	Payload     json.RawMessage
 	Priority    int16
-	Attempt     int // 1 for the first attempt; the fencing key with ID
 	MaxAttempts int
 	CreatedAt   time.Time
-	RunAt       time.Time
-}
-
-// Attempt identifies one attempt: the pair every fenced write checks.
-type Attempt struct {
-	ID      int64
-	Attempt int
+	// Wait is how long the job waited to be claimed, from the later of its
+	// created_at and run_at, on the database clock.
+	Wait time.Duration
 }
 
 // ClaimResult is what one claim round trip returns.
 type ClaimResult struct {
 	Jobs    []*Job
 	Rescued int // expired leases returned to pending (or dead) by this round trip
-	// NextDue is how long until the next scheduled job of the queue or the
-	// next lease expiry, on the database clock; HasNextDue is false when
-	// nothing is scheduled or the batch came back full.
+	// NextDue is how long until the next scheduled job of the queue (of the
+	// kinds asked for) or the next lease expiry, on the database clock;
+	// HasNextDue is false when nothing is due or the batch came back full.
 	NextDue    time.Duration
 	HasNextDue bool
 }
-
-// ClaimSQL returns the text of the claim statement Store.Claim runs, so a
-// benchmark can time the statement alone, with no runtime around it.
-// Parameters: $1 queue, $2 batch limit, $3 lease in milliseconds; the rows
-// are Claim's (one per job, then a summary row with a NULL id).
-func ClaimSQL() string { return claimSQL }
 
 // Store runs Fila's SQL against a database.
 type Store struct{ db DB }
@@ -77,40 +74,43 @@ type Store struct{ db DB }
 // New returns a Store on db.
 func New(db DB) *Store { return &Store{db: db} }
 
-// Claim marks up to limit runnable jobs of queue as running for lease, in one
-// statement, and returns them.
-func (s *Store) Claim(ctx context.Context, queue string, limit int, lease time.Duration) (ClaimResult, error) {
+// Claim marks up to limit runnable jobs of queue whose kind is one of kinds
+// as running for lease, in one round trip, and returns them.
+func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limit int, lease time.Duration) (ClaimResult, error) {
 	var res ClaimResult
-	rows, err := s.db.Query(ctx, claimSQL, queue, limit, float64(lease)/float64(time.Millisecond))
+	rows, err := s.db.Query(ctx, sqlClaim, queue, kinds, limit, ms(lease))
 	if err != nil {
 		return res, fmt.Errorf("claim: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			id, rescued          *int64
-			q, kind, payload     *string
+			id                   *int64
+			kind, payload        *string
 			priority             *int16
 			attempts, maxAttempt *int
-			createdAt, runAt     *time.Time
-			nextDue              *float64
+			createdAt, started   *time.Time
+			waitMs, nextDue      *float64
+			rescued              *int
 		)
-		if err := rows.Scan(&id, &q, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &runAt, &rescued, &nextDue); err != nil {
+		if err := rows.Scan(&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
+			&waitMs, &rescued, &nextDue); err != nil {
 			return res, fmt.Errorf("claim: scan: %w", err)
 		}
 		if id == nil { // the summary row
 			if rescued != nil {
-				res.Rescued = int(*rescued)
+				res.Rescued = *rescued
 			}
 			if nextDue != nil && !math.IsNaN(*nextDue) {
 				res.HasNextDue = true
-				res.NextDue = time.Duration(*nextDue * float64(time.Millisecond))
+				res.NextDue = fromMs(*nextDue)
 			}
 			continue
 		}
 		res.Jobs = append(res.Jobs, &Job{
-			ID: *id, Queue: *q, Kind: *kind, Payload: json.RawMessage(*payload), Priority: *priority,
-			Attempt: *attempts, MaxAttempts: *maxAttempt, CreatedAt: *createdAt, RunAt: *runAt,
+			Attempt: Attempt{ID: *id, Attempt: *attempts, StartedAt: *started},
+			Queue:   queue, Kind: *kind, Payload: json.RawMessage(*payload), Priority: *priority,
+			MaxAttempts: *maxAttempt, CreatedAt: *createdAt, Wait: fromMs(*waitMs),
 		})
 	}
 	if err := rows.Err(); err != nil {
@@ -121,17 +121,16 @@ func (s *Store) Claim(ctx context.Context, queue string, limit int, lease time.D
 
 // Outcome is the result of one attempt, to be written by Finish.
 type Outcome struct {
-	ID        int64
-	Attempt   int
+	Attempt
 	OK        bool          // the handler succeeded
-	Err       string        // why it failed (kept in last_error)
+	Err       string        // why it failed (kept in last_error and errors)
 	Delay     time.Duration // retry backoff when not OK and not Permanent
 	Permanent bool          // failed in a way retrying cannot fix: dead at once
 }
 
-// Finished is how Finish left one job.
+// Finished is how Finish left one attempt.
 type Finished struct {
-	ID int64
+	Key AttemptKey
 	// State is the job's new state (completed, pending for a retry, or dead),
 	// StateFenced when the attempt is no longer this worker's, or
 	// StateSkipped when the row was locked for a moment: write it again.
@@ -145,99 +144,158 @@ const (
 	StateSkipped = "skipped"
 )
 
+// ErrorTextMax bounds the error text kept per attempt, in bytes.
+const ErrorTextMax = 4000
+
+// StorableText makes s storable in a PostgreSQL text column: invalid UTF-8
+// becomes U+FFFD, NUL (which text cannot hold) becomes U+2400 (␀), and the
+// text is cut to at most max bytes on a rune boundary, with "…" marking the
+// cut. A handler's error is data like any other: one that PostgreSQL would
+// refuse must not stop its outcome, or anyone else's, from being written.
+func StorableText(s string, max int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\u2400")
+	}
+	if len(s) <= max {
+		return s
+	}
+	const ellipsis = "…"
+	cut := max - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut < 0 {
+		cut = 0
+	}
+	return s[:cut] + ellipsis
+}
+
 // Finish writes many outcomes in one statement and says how it left each.
+// Error texts are made storable first (see StorableText).
 func (s *Store) Finish(ctx context.Context, outs []Outcome) ([]Finished, error) {
 	if len(outs) == 0 {
 		return nil, nil
 	}
-	ids := make([]int64, len(outs))
-	attempts := make([]int32, len(outs))
-	oks := make([]bool, len(outs))
-	errs := make([]string, len(outs))
-	delays := make([]float64, len(outs))
-	perms := make([]bool, len(outs))
+	n := len(outs)
+	ids, attempts, started := make([]int64, n), make([]int32, n), make([]time.Time, n)
+	oks, errs, delays, perms := make([]bool, n), make([]string, n), make([]float64, n), make([]bool, n)
 	for i, o := range outs {
-		ids[i], attempts[i], oks[i], errs[i], perms[i] = o.ID, int32(o.Attempt), o.OK, o.Err, o.Permanent
-		delays[i] = float64(o.Delay) / float64(time.Millisecond)
+		ids[i], attempts[i], started[i] = o.ID, int32(o.Attempt.Attempt), o.StartedAt
+		oks[i], perms[i], delays[i] = o.OK, o.Permanent, ms(o.Delay)
+		if !o.OK {
+			errs[i] = StorableText(o.Err, ErrorTextMax)
+		}
 	}
-	rows, err := s.db.Query(ctx, finishSQL, ids, attempts, oks, errs, delays, perms)
+	rows, err := s.db.Query(ctx, sqlFinish, ids, attempts, started, oks, errs, delays, perms)
 	if err != nil {
-		return nil, fmt.Errorf("finish %d attempts: %w", len(outs), err)
+		return nil, fmt.Errorf("finish %d attempts: %w", n, err)
 	}
-	out := make([]Finished, 0, len(outs))
+	defer rows.Close()
+	out := make([]Finished, 0, n)
 	for rows.Next() {
-		var f Finished
-		var dueMs float64
-		if err := rows.Scan(&f.ID, &f.State, &dueMs); err != nil {
-			rows.Close()
+		var (
+			a     Attempt
+			state string
+			dueMs float64
+		)
+		if err := rows.Scan(&a.ID, &a.Attempt, &a.StartedAt, &state, &dueMs); err != nil {
 			return nil, fmt.Errorf("finish: scan: %w", err)
 		}
-		f.DueIn = time.Duration(dueMs * float64(time.Millisecond))
-		out = append(out, f)
+		out = append(out, Finished{Key: a.Key(), State: state, DueIn: fromMs(dueMs)})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("finish %d attempts: %w", len(outs), err)
+		return nil, fmt.Errorf("finish %d attempts: %w", n, err)
 	}
 	return out, nil
 }
 
-func split(as []Attempt) ([]int64, []int32) {
-	ids := make([]int64, len(as))
-	attempts := make([]int32, len(as))
-	for i, a := range as {
-		ids[i], attempts[i] = a.ID, int32(a.Attempt)
-	}
-	return ids, attempts
+// IsDataError reports whether err is PostgreSQL refusing a value (SQLSTATE
+// class 22: invalid text, a number or interval out of range): sending the
+// same statement again cannot succeed, but the other rows of a batch may.
+func IsDataError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
-// Heartbeat extends the leases of owned attempts and returns, for each, whether
+// HeartbeatStatus is what a heartbeat found of one attempt.
+type HeartbeatStatus string
+
+// Heartbeat statuses.
+const (
+	// Kept: the lease was extended.
+	Kept HeartbeatStatus = "kept"
+	// Busy: the row was locked by another statement for a moment; the lease
+	// is extended at the next heartbeat.
+	Busy HeartbeatStatus = "busy"
+	// Lost: the attempt is no longer this worker's (rescued after its lease
+	// expired, finished, deleted). Its handler must stop.
+	Lost HeartbeatStatus = "lost"
+	// Cancelled: an operator cancelled the job. Its handler must stop.
+	Cancelled HeartbeatStatus = "cancelled"
+)
+
+// Heartbeat extends the leases of owned attempts and says, for each, whether
 // it is still this worker's.
-func (s *Store) Heartbeat(ctx context.Context, owned []Attempt, lease time.Duration) (map[int64]bool, error) {
-	kept := make(map[int64]bool, len(owned))
+func (s *Store) Heartbeat(ctx context.Context, owned []Attempt, lease time.Duration) (map[AttemptKey]HeartbeatStatus, error) {
+	got := make(map[AttemptKey]HeartbeatStatus, len(owned))
 	if len(owned) == 0 {
-		return kept, nil
+		return got, nil
 	}
-	ids, attempts := split(owned)
-	rows, err := s.db.Query(ctx, heartbeatSQL, ids, attempts, float64(lease)/float64(time.Millisecond))
+	ids, attempts, started := split(owned)
+	rows, err := s.db.Query(ctx, sqlHeartbeat, ids, attempts, started, ms(lease))
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %d jobs: %w", len(owned), err)
 	}
+	defer rows.Close()
 	for rows.Next() {
-		var id int64
-		var ok bool
-		if err := rows.Scan(&id, &ok); err != nil {
-			rows.Close()
+		var (
+			a      Attempt
+			status string
+		)
+		if err := rows.Scan(&a.ID, &a.Attempt, &a.StartedAt, &status); err != nil {
 			return nil, fmt.Errorf("heartbeat: scan: %w", err)
 		}
-		kept[id] = ok
+		got[a.Key()] = HeartbeatStatus(status)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("heartbeat %d jobs: %w", len(owned), err)
 	}
-	return kept, nil
+	return got, nil
 }
 
-// Release returns owned attempts to pending at once, wakes the other workers,
-// and reports how many it released.
+func split(as []Attempt) ([]int64, []int32, []time.Time) {
+	ids, attempts, started := make([]int64, len(as)), make([]int32, len(as)), make([]time.Time, len(as))
+	for i, a := range as {
+		ids[i], attempts[i], started[i] = a.ID, int32(a.Attempt), a.StartedAt
+	}
+	return ids, attempts, started
+}
+
+// Release returns owned attempts to pending at once, without counting them
+// as attempts, and reports how many it released. The table's update trigger
+// wakes the other workers of each queue.
 func (s *Store) Release(ctx context.Context, owned []Attempt, reason string) (int, error) {
 	if len(owned) == 0 {
 		return 0, nil
 	}
-	ids, attempts := split(owned)
-	var released, queues int
-	if err := s.db.QueryRow(ctx, releaseSQL, ids, attempts, reason).Scan(&released, &queues); err != nil {
+	ids, attempts, started := split(owned)
+	var released int
+	if err := s.db.QueryRow(ctx, sqlRelease, ids, attempts, started, StorableText(reason, ErrorTextMax)).Scan(&released); err != nil {
 		return 0, fmt.Errorf("release %d jobs: %w", len(owned), err)
 	}
 	return released, nil
 }
 
 // ErrNotOwner is returned by CompleteTx when the attempt is no longer the
-// caller's: its lease was rescued, or it already finished.
-var ErrNotOwner = errors.New("job attempt is no longer owned by this worker (lease lost or already finished)")
+// caller's: its lease was rescued, it was cancelled, or it already finished.
+var ErrNotOwner = errors.New("job attempt is no longer owned by this worker (lease lost, cancelled or already finished)")
 
 // CompleteTx completes one attempt inside the caller's transaction.
 func CompleteTx(ctx context.Context, tx DB, a Attempt) error {
-	tag, err := tx.Exec(ctx, completeTxSQL, a.ID, a.Attempt)
+	tag, err := tx.Exec(ctx, sqlCompleteTx, a.ID, a.Attempt, a.StartedAt)
 	if err != nil {
 		return fmt.Errorf("complete job %d in transaction: %w", a.ID, err)
 	}
@@ -247,12 +305,28 @@ func CompleteTx(ctx context.Context, tx DB, a Attempt) error {
 	return nil
 }
 
-// DeleteCompleted deletes up to batch completed jobs finished more than
-// olderThan ago and returns how many it deleted.
-func (s *Store) DeleteCompleted(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
-	tag, err := s.db.Exec(ctx, retentionSQL, olderThan.Seconds(), batch)
+// DeleteFinished deletes up to batch jobs in state (completed, dead or
+// cancelled) finished more than olderThan ago, and returns how many it
+// deleted.
+func (s *Store) DeleteFinished(ctx context.Context, state string, olderThan time.Duration, batch int) (int64, error) {
+	var q string
+	switch state {
+	case "completed":
+		q = sqlDeleteCompleted
+	case "dead":
+		q = sqlDeleteDead
+	case "cancelled":
+		q = sqlDeleteCancelled
+	default:
+		return 0, fmt.Errorf("delete finished jobs: state %q is not a finished state", state)
+	}
+	tag, err := s.db.Exec(ctx, q, olderThan.Seconds(), batch)
 	if err != nil {
-		return 0, fmt.Errorf("delete completed jobs: %w", err)
+		return 0, fmt.Errorf("delete %s jobs: %w", state, err)
 	}
 	return tag.RowsAffected(), nil
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fromMs(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }

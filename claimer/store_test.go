@@ -2,8 +2,10 @@ package claimer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -12,6 +14,8 @@ import (
 	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/migrations"
 )
+
+var kinds = []string{"k"}
 
 func newStore(t *testing.T) (*claimer.Store, *testdb.DB) {
 	t.Helper()
@@ -28,6 +32,17 @@ func insert(t *testing.T, db *testdb.DB, sql string, args ...any) int64 {
 	return id
 }
 
+func jobRow(t *testing.T, db *testdb.DB, id int64) (state string, attempts int, lastErr string) {
+	t.Helper()
+	var le *string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT state, attempts, last_error FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&state, &attempts, &le))
+	if le != nil {
+		lastErr = *le
+	}
+	return state, attempts, lastErr
+}
+
 func TestClaimOrderLimitAndSchedule(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
@@ -38,15 +53,17 @@ func TestClaimOrderLimitAndSchedule(t *testing.T) {
 	insert(t, db, `INSERT INTO fila_jobs (kind, queue) VALUES ('k', 'other') RETURNING id`)
 	insert(t, db, `INSERT INTO fila_jobs (kind, run_at) VALUES ('k', now() + interval '3 seconds') RETURNING id`)
 
-	res, err := s.Claim(ctx, "default", 2, 30*time.Second)
+	res, err := s.Claim(ctx, "default", kinds, 2, 30*time.Second)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 2)
 	require.Equal(t, first, res.Jobs[0].ID)
 	require.Equal(t, second, res.Jobs[1].ID)
-	require.Equal(t, 1, res.Jobs[0].Attempt)
+	require.Equal(t, 1, res.Jobs[0].Attempt.Attempt)
+	require.False(t, res.Jobs[0].StartedAt.IsZero())
+	require.Equal(t, "default", res.Jobs[0].Queue)
 	require.False(t, res.HasNextDue, "a full batch does not look for the next due time")
 
-	res, err = s.Claim(ctx, "default", 10, 30*time.Second)
+	res, err = s.Claim(ctx, "default", kinds, 10, 30*time.Second)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 1)
 	require.Equal(t, low, res.Jobs[0].ID)
@@ -58,6 +75,50 @@ func TestClaimOrderLimitAndSchedule(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state, (lease_until - started_at) FROM fila_jobs WHERE id = $1::bigint`, low).Scan(&state, &lease))
 	require.Equal(t, "running", state)
 	require.Equal(t, 30*time.Second, lease)
+}
+
+// A claim takes only the kinds asked for: workers on one queue that handle
+// different kinds never take each other's jobs.
+func TestClaimTakesOnlyItsKinds(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	a := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('ka') RETURNING id`)
+	b := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('kb') RETURNING id`)
+	insert(t, db, `INSERT INTO fila_jobs (kind, run_at) VALUES ('kb', now() + interval '1 hour') RETURNING id`)
+	// Leases of two hours, so the next due time is the scheduled job's when
+	// it is this worker's kind, and a lease's otherwise.
+	res, err := s.Claim(ctx, "default", []string{"ka"}, 10, 2*time.Hour)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	require.Equal(t, a, res.Jobs[0].ID)
+	require.Equal(t, "ka", res.Jobs[0].Kind)
+	require.True(t, res.HasNextDue)
+	require.Greater(t, res.NextDue, 90*time.Minute, "another kind's scheduled job is not this worker's timer")
+	res, err = s.Claim(ctx, "default", []string{"kb"}, 10, 2*time.Hour)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	require.Equal(t, b, res.Jobs[0].ID)
+	require.True(t, res.HasNextDue)
+	require.InDelta(t, time.Hour, res.NextDue, float64(time.Minute))
+}
+
+// Jobs scheduled for later are skipped within each priority, and a claim
+// still finds due jobs of a later priority behind them.
+func TestClaimWalksPrioritiesPastScheduledJobs(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, priority, run_at)
+		SELECT 'k', (i % 3)::smallint, now() + interval '1 hour' FROM generate_series(1, 3000) AS i`)
+	require.NoError(t, err)
+	p2 := insert(t, db, `INSERT INTO fila_jobs (kind, priority) VALUES ('k', 2) RETURNING id`)
+	p1 := insert(t, db, `INSERT INTO fila_jobs (kind, priority) VALUES ('k', 1) RETURNING id`)
+	res, err := s.Claim(ctx, "default", kinds, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 2)
+	require.Equal(t, []int64{p1, p2}, []int64{res.Jobs[0].ID, res.Jobs[1].ID}, "lower priority number first")
+	require.True(t, res.HasNextDue)
 }
 
 func TestClaimSkipsLockedRowsWithoutWaiting(t *testing.T) {
@@ -78,7 +139,7 @@ func TestClaimSkipsLockedRowsWithoutWaiting(t *testing.T) {
 
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	res, err := s.Claim(cctx, "default", 10, time.Minute)
+	res, err := s.Claim(cctx, "default", kinds, 10, time.Minute)
 	require.NoError(t, err, "the claim must not wait for the held rows")
 	require.Len(t, res.Jobs, 2)
 	for _, j := range res.Jobs {
@@ -90,35 +151,80 @@ func TestFinishIsFencedAndReportsOutcomes(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
 	ctx := context.Background()
-	for i := 0; i < 4; i++ {
+	for i := 0; i < 5; i++ {
 		insert(t, db, `INSERT INTO fila_jobs (kind, max_attempts) VALUES ('k', 2) RETURNING id`)
 	}
-	res, err := s.Claim(ctx, "default", 4, time.Minute)
+	res, err := s.Claim(ctx, "default", kinds, 5, time.Minute)
 	require.NoError(t, err)
-	require.Len(t, res.Jobs, 4)
-	ok, retry, perm, stale := res.Jobs[0], res.Jobs[1], res.Jobs[2], res.Jobs[3]
+	require.Len(t, res.Jobs, 5)
+	ok, retry, perm, stale, otherStart := res.Jobs[0], res.Jobs[1], res.Jobs[2], res.Jobs[3], res.Jobs[4]
+	wrongAttempt := stale.Attempt
+	wrongAttempt.Attempt++
+	wrongStart := otherStart.Attempt
+	wrongStart.StartedAt = wrongStart.StartedAt.Add(-time.Microsecond)
 	fin, err := s.Finish(ctx, []claimer.Outcome{
-		{ID: ok.ID, Attempt: ok.Attempt, OK: true},
-		{ID: retry.ID, Attempt: retry.Attempt, Err: "try later", Delay: 2 * time.Second},
-		{ID: perm.ID, Attempt: perm.Attempt, Err: "bad input", Permanent: true},
-		{ID: stale.ID, Attempt: stale.Attempt + 1, OK: true}, // not this worker's attempt
+		{Attempt: ok.Attempt, OK: true},
+		{Attempt: retry.Attempt, Err: "try later", Delay: 2 * time.Second},
+		{Attempt: perm.Attempt, Err: "bad input", Permanent: true},
+		{Attempt: wrongAttempt, OK: true}, // not this worker's attempt
+		{Attempt: wrongStart, OK: true},   // the same count, another claim
 	})
 	require.NoError(t, err)
 	got := map[int64]claimer.Finished{}
 	for _, f := range fin {
-		got[f.ID] = f
+		got[f.Key.ID] = f
 	}
 	require.Equal(t, "completed", got[ok.ID].State)
+	require.Equal(t, ok.Key(), got[ok.ID].Key, "results are matched to the attempt asked about")
 	require.Equal(t, "pending", got[retry.ID].State)
 	require.InDelta(t, 2*time.Second, got[retry.ID].DueIn, float64(500*time.Millisecond))
 	require.Equal(t, "dead", got[perm.ID].State)
 	require.Equal(t, claimer.StateFenced, got[stale.ID].State)
-	var state, lastErr string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state, last_error FROM fila_jobs WHERE id = $1::bigint`, retry.ID).Scan(&state, &lastErr))
+	require.Equal(t, claimer.StateFenced, got[otherStart.ID].State)
+	state, _, lastErr := jobRow(t, db, retry.ID)
 	require.Equal(t, "pending", state)
 	require.Equal(t, "try later", lastErr)
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM fila_jobs WHERE id = $1::bigint`, stale.ID).Scan(&state))
+	state, _, _ = jobRow(t, db, stale.ID)
 	require.Equal(t, "running", state, "a fenced outcome changes nothing")
+	state, _, _ = jobRow(t, db, otherStart.ID)
+	require.Equal(t, "running", state, "a fenced outcome changes nothing")
+
+	var history string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT errors::text FROM fila_jobs WHERE id = $1::bigint`, retry.ID).Scan(&history))
+	require.Contains(t, history, `"error": "try later"`)
+	require.Contains(t, history, `"attempt": 1`)
+}
+
+// An error text PostgreSQL cannot store (NUL, invalid UTF-8) is made
+// storable: the outcome is written, with the error readable.
+func TestFinishStoresUnstorableErrorText(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	res, err := s.Claim(ctx, "default", kinds, 1, time.Minute)
+	require.NoError(t, err)
+	j := res.Jobs[0]
+	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: j.Attempt, Err: "bad \x00 \xff\xfe end", Delay: time.Second}})
+	require.NoError(t, err)
+	require.Equal(t, "pending", fin[0].State)
+	_, _, lastErr := jobRow(t, db, j.ID)
+	require.Equal(t, "bad \u2400 \uFFFD end", lastErr)
+}
+
+func TestStorableText(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "plain", claimer.StorableText("plain", 100))
+	require.Equal(t, "a\u2400b", claimer.StorableText("a\x00b", 100))
+	require.Equal(t, "x\uFFFDy", claimer.StorableText("x\xffy", 100))
+	// Cut on a rune boundary, with the ellipsis inside the limit.
+	long := strings.Repeat("é", 100) // 200 bytes
+	for max := 4; max < 40; max++ {
+		got := claimer.StorableText(long, max)
+		require.True(t, utf8.ValidString(got), "max %d: %q", max, got)
+		require.LessOrEqual(t, len(got), max)
+		require.True(t, strings.HasSuffix(got, "…"))
+	}
 }
 
 func TestFinishSkipsLockedRow(t *testing.T) {
@@ -126,7 +232,7 @@ func TestFinishSkipsLockedRow(t *testing.T) {
 	s, db := newStore(t)
 	ctx := context.Background()
 	insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
-	res, err := s.Claim(ctx, "default", 1, time.Minute)
+	res, err := s.Claim(ctx, "default", kinds, 1, time.Minute)
 	require.NoError(t, err)
 	j := res.Jobs[0]
 	tx, err := db.Pool.Begin(ctx)
@@ -135,11 +241,11 @@ func TestFinishSkipsLockedRow(t *testing.T) {
 	require.NoError(t, err)
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	fin, err := s.Finish(cctx, []claimer.Outcome{{ID: j.ID, Attempt: j.Attempt, OK: true}})
+	fin, err := s.Finish(cctx, []claimer.Outcome{{Attempt: j.Attempt, OK: true}})
 	require.NoError(t, err, "finish must not wait on the lock")
 	require.Equal(t, claimer.StateSkipped, fin[0].State)
 	require.NoError(t, tx.Rollback(ctx))
-	fin, err = s.Finish(ctx, []claimer.Outcome{{ID: j.ID, Attempt: j.Attempt, OK: true}})
+	fin, err = s.Finish(ctx, []claimer.Outcome{{Attempt: j.Attempt, OK: true}})
 	require.NoError(t, err)
 	require.Equal(t, "completed", fin[0].State)
 }
@@ -148,69 +254,106 @@ func TestRescueHeartbeatRelease(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
 	ctx := context.Background()
-	expired := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, lease_until) VALUES ('k', 'running', 1, now() - interval '1 second') RETURNING id`)
+	expired := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, lease_until, started_at) VALUES ('k', 'running', 1, now() - interval '1 second', now() - interval '1 minute') RETURNING id`)
 	spent := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, max_attempts, lease_until) VALUES ('k', 'running', 3, 3, now() - interval '1 second') RETURNING id`)
-	alive := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, lease_until) VALUES ('k', 'running', 1, now() + interval '1 minute') RETURNING id`)
+	for i := 0; i < 3; i++ {
+		insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	}
+	var expiredStart time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT started_at FROM fila_jobs WHERE id = $1::bigint`, expired).Scan(&expiredStart))
 
-	res, err := s.Claim(ctx, "other-queue", 1, time.Minute)
+	res, err := s.Claim(ctx, "other-queue", kinds, 1, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Rescued, "any claim rescues expired leases of every queue")
-	state := func(id int64) (st string, le string) {
-		var l *string
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state, last_error FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&st, &l))
-		if l != nil {
-			le = *l
-		}
-		return
-	}
-	st, le := state(expired)
+	st, _, le := jobRow(t, db, expired)
 	require.Equal(t, "pending", st)
 	require.Contains(t, le, "lease expired")
-	st, _ = state(spent)
+	st, _, _ = jobRow(t, db, spent)
 	require.Equal(t, "dead", st)
-	st, _ = state(alive)
-	require.Equal(t, "running", st)
 
-	kept, err := s.Heartbeat(ctx, []claimer.Attempt{{ID: alive, Attempt: 1}, {ID: expired, Attempt: 1}}, 2*time.Minute)
+	res, err = s.Claim(ctx, "default", kinds, 5, time.Minute)
 	require.NoError(t, err)
-	require.True(t, kept[alive])
-	require.False(t, kept[expired], "the rescued attempt is no longer owned")
+	var alive, cancelled, locked *claimer.Job
+	for _, j := range res.Jobs {
+		switch {
+		case j.ID == expired:
+			require.Equal(t, 2, j.Attempt.Attempt, "the rescued job runs again as its second attempt")
+		case alive == nil:
+			alive = j
+		case cancelled == nil:
+			cancelled = j
+		default:
+			locked = j
+		}
+	}
+	require.NotNil(t, locked)
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_jobs SET state = 'cancelled', finished_at = now(), lease_until = NULL WHERE id = $1::bigint`, cancelled.ID)
+	require.NoError(t, err)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM fila_jobs WHERE id = $1::bigint FOR UPDATE`, locked.ID)
+	require.NoError(t, err)
+	stale := claimer.Attempt{ID: expired, Attempt: 1, StartedAt: expiredStart}
 
-	// Release returns the attempt at once and wakes the queue's workers.
+	got, err := s.Heartbeat(ctx, []claimer.Attempt{alive.Attempt, cancelled.Attempt, locked.Attempt, stale}, 2*time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, claimer.Kept, got[alive.Key()])
+	require.Equal(t, claimer.Cancelled, got[cancelled.Key()])
+	require.Equal(t, claimer.Busy, got[locked.Key()])
+	require.Equal(t, claimer.Lost, got[stale.Key()], "the rescued attempt is no longer owned")
+
+	// Release returns the attempt at once, without counting it, and the
+	// update trigger wakes the queue's workers.
 	conn, err := pgx.Connect(ctx, db.DirectDSN)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "LISTEN fila_default")
 	require.NoError(t, err)
-	n, err := s.Release(ctx, []claimer.Attempt{{ID: alive, Attempt: 1}}, "shutting down")
+	n, err := s.Release(ctx, []claimer.Attempt{alive.Attempt}, "shutting down")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	st, le = state(alive)
+	st, attempts, _ := jobRow(t, db, alive.ID)
 	require.Equal(t, "pending", st)
-	require.Equal(t, "shutting down", le)
+	require.Equal(t, 0, attempts, "an interrupted attempt is not counted")
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err = conn.WaitForNotification(wctx)
 	require.NoError(t, err)
+	// The interrupted attempt's late result cannot touch the next claim of
+	// the same count.
+	res, err = s.Claim(ctx, "default", kinds, 5, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	require.Equal(t, alive.Attempt.Attempt, res.Jobs[0].Attempt.Attempt)
+	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: alive.Attempt, OK: true}})
+	require.NoError(t, err)
+	require.Equal(t, claimer.StateFenced, fin[0].State)
 }
 
-func TestDeleteCompleted(t *testing.T) {
+func TestDeleteFinished(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, state, finished_at)
-		SELECT 'k', 'completed', now() - interval '2 days' FROM generate_series(1, 25)`)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, state, finished_at) VALUES ('k', 'completed', now()), ('k', 'dead', now() - interval '2 days')`)
-	require.NoError(t, err)
-	n, err := s.DeleteCompleted(ctx, 24*time.Hour, 10)
-	require.NoError(t, err)
-	require.EqualValues(t, 10, n, "one small batch")
-	for n == 10 {
-		n, err = s.DeleteCompleted(ctx, 24*time.Hour, 10)
+	for _, state := range []string{"completed", "dead", "cancelled"} {
+		_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, state, finished_at)
+			SELECT 'k', $1::text, now() - interval '2 days' FROM generate_series(1, 25)`, state)
+		require.NoError(t, err)
+		_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, state, finished_at) VALUES ('k', $1::text, now())`, state)
 		require.NoError(t, err)
 	}
-	var left int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs`).Scan(&left))
-	require.Equal(t, 2, left, "recent completed and dead jobs are kept")
+	for _, state := range []string{"completed", "dead", "cancelled"} {
+		n, err := s.DeleteFinished(ctx, state, 24*time.Hour, 10)
+		require.NoError(t, err)
+		require.EqualValues(t, 10, n, "one small batch")
+		for n == 10 {
+			n, err = s.DeleteFinished(ctx, state, 24*time.Hour, 10)
+			require.NoError(t, err)
+		}
+		var left int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE state = $1::text`, state).Scan(&left))
+		require.Equal(t, 1, left, "the recent %s job is kept", state)
+	}
+	_, err := s.DeleteFinished(ctx, "running", time.Hour, 10)
+	require.ErrorContains(t, err, "not a finished state")
 }

@@ -56,6 +56,9 @@ type Config struct {
 	// ReconnectMax caps the delay between reconnect attempts. Between
 	// ReconnectMaxMin and ReconnectMaxMax. Defaults to ReconnectMaxDefault (5s).
 	ReconnectMax time.Duration
+	// Expect, if set, is the database the source must reach (the main DSN's):
+	// connecting to another one is refused as a configuration error.
+	Expect Identity
 	// Logger receives the listener's logs under the name "listener". Defaults
 	// to zap.NewNop().
 	Logger *zap.Logger

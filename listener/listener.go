@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/internal/pgconfig"
 )
 
@@ -45,7 +47,7 @@ func New(cfg Config) (*Listener, error) {
 		return nil, fmt.Errorf("listener: Queues: %w", err)
 	}
 	return &Listener{
-		state:    newState(cfg.Logger.Named("listener")),
+		state:    newState(cfg.Logger.Named("listener"), cfg.Queues),
 		cfg:      cfg,
 		channels: chs,
 	}, nil
@@ -104,6 +106,9 @@ func (l *Listener) connect(ctx context.Context, connCfg *pgx.ConnConfig) (sessio
 	if err := checkDirect(ctx, conn, l.cfg.PingTimeout, listenPoolerAdvice); err != nil {
 		return nil, err
 	}
+	if err := checkIdentity(ctx, conn, l.cfg.PingTimeout, l.cfg.Expect); err != nil {
+		return nil, err
+	}
 	for _, ch := range l.channels {
 		if err := l.exec(ctx, conn, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", ch, err)
@@ -133,7 +138,11 @@ func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
 		case err == nil:
 			l.events.Add(1)
 			l.log.Debug("notification", zap.String("channel", n.Channel), zap.String("payload", n.Payload))
-			l.wake()
+			if q, ok := strings.CutPrefix(n.Channel, channel.Prefix); ok {
+				l.wakeQueue(q)
+			} else {
+				l.wake()
+			}
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case idle:

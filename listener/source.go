@@ -23,6 +23,10 @@ type Source interface {
 	// It is signalled on each event and right after every (re)connect, since
 	// events sent during a gap are gone.
 	Wakes() <-chan struct{}
+	// WakesFor is like Wakes for one of the source's queues: signalled on
+	// events of that queue and after every (re)connect. It is nil for a
+	// queue the source does not follow.
+	WakesFor(queue string) <-chan struct{}
 	// Ready is closed once the source first listens, so a claim scan started
 	// after it misses nothing.
 	Ready() <-chan struct{}
@@ -64,6 +68,7 @@ type state struct {
 	log *zap.Logger
 
 	wakes         chan struct{}
+	queueWakes    map[string]chan struct{}
 	ready         chan struct{}
 	readyOnce     sync.Once
 	healthChanges chan struct{}
@@ -77,19 +82,49 @@ type state struct {
 	lastError string
 }
 
-func newState(log *zap.Logger) *state {
-	return &state{
+func newState(log *zap.Logger, queues []string) *state {
+	s := &state{
 		log:           log,
 		wakes:         make(chan struct{}, 1),
+		queueWakes:    make(map[string]chan struct{}, len(queues)),
 		ready:         make(chan struct{}),
 		healthChanges: make(chan struct{}, 1),
 	}
+	for _, q := range queues {
+		s.queueWakes[q] = make(chan struct{}, 1)
+	}
+	return s
 }
 
-// wake signals claimers without ever blocking: one pending wake is enough.
+// WakesFor is signalled, coalescing, on events of queue and after every
+// (re)connect; nil for a queue the source does not follow.
+func (s *state) WakesFor(queue string) <-chan struct{} {
+	if ch, ok := s.queueWakes[queue]; ok {
+		return ch
+	}
+	return nil
+}
+
+// wake signals the claimers of every queue without ever blocking: one
+// pending wake is enough.
 func (s *state) wake() {
+	signal(s.wakes)
+	for _, ch := range s.queueWakes {
+		signal(ch)
+	}
+}
+
+// wakeQueue signals the claimers of one queue.
+func (s *state) wakeQueue(queue string) {
+	signal(s.wakes)
+	if ch, ok := s.queueWakes[queue]; ok {
+		signal(ch)
+	}
+}
+
+func signal(ch chan struct{}) {
 	select {
-	case s.wakes <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -162,7 +197,9 @@ func (s *state) loop(ctx context.Context, reconnectMax time.Duration, connect fu
 			if delay == backoff.Stop {
 				return nil
 			}
-			s.log.Warn("connect failed; retrying",
+			// An error, not a warning: until it connects, this worker learns
+			// of new jobs only from its fast poll.
+			s.log.Error("connect failed; retrying",
 				zap.Int("attempt", attempt), zap.Duration("next_delay", delay), zap.Error(err))
 			if !sleep(ctx, delay) {
 				return nil

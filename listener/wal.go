@@ -72,7 +72,7 @@ func NewWAL(cfg WALConfig) (*WAL, error) {
 		queues[q] = true
 	}
 	return &WAL{
-		state:  newState(cfg.Logger.Named("listener").Named("wal")),
+		state:  newState(cfg.Logger.Named("listener").Named("wal"), cfg.Queues),
 		cfg:    cfg,
 		queues: queues,
 	}, nil
@@ -155,8 +155,10 @@ func (w *WAL) connect(ctx context.Context, sqlCfg *pgx.ConnConfig, replCfg *pgco
 	}
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.SlotTimeout)
 	err = pglogrepl.StartReplication(sctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
-		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + PublicationName + "'"},
+		Mode: pglogrepl.LogicalReplication,
+		// messages: the update trigger's logical messages say which queue got
+		// a job back to pending (a retry, a rescue, an operator's UPDATE).
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + PublicationName + "'", "messages 'true'"},
 	})
 	cancel()
 	if err != nil {
@@ -205,6 +207,9 @@ func (w *WAL) prepare(ctx context.Context, cfg *pgx.ConnConfig) error {
 	}
 	defer closeConn(conn)
 	if err := checkDirect(ctx, conn, w.cfg.PingTimeout, walPoolerAdvice); err != nil {
+		return err
+	}
+	if err := checkIdentity(ctx, conn, w.cfg.PingTimeout, w.cfg.Expect); err != nil {
 		return err
 	}
 

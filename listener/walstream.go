@@ -20,15 +20,15 @@ type stream struct {
 	received pglogrepl.LSN
 	// queueCol maps a relation to the index of its queue column.
 	queueCol map[uint32]int
-	// woke is set once the current transaction has woken claimers.
-	woke bool
+	// woke holds the queues the current transaction has woken.
+	woke map[string]bool
 }
 
 // serve reads the replication stream until the connection fails or ctx ends.
 // Every StatusInterval it reports its position and asks for a reply; no
 // traffic within PingTimeout after that means the connection is dead.
 func (w *WAL) serve(ctx context.Context, conn *pgconn.PgConn) error {
-	st := &stream{queueCol: map[uint32]int{}}
+	st := &stream{queueCol: map[uint32]int{}, woke: map[string]bool{}}
 	nextStatus := time.Now().Add(w.cfg.StatusInterval)
 	var replyBy time.Time // zero while no reply is awaited
 	for {
@@ -111,27 +111,29 @@ func (w *WAL) handleCopyData(st *stream, data []byte) (bool, error) {
 	return false, nil
 }
 
-// handleLogical wakes on the first insert of each transaction into one of
-// the source's queues. Rows are not checked for state or run_at: a wake is
-// only a hint, and comparing run_at would need this host's clock.
+// handleLogical wakes the claimers of a queue on the first insert of each
+// transaction into it, and on the update trigger's logical message naming it.
+// Rows are not checked for state or run_at: a wake is only a hint, and
+// comparing run_at would need this host's clock.
 func (w *WAL) handleLogical(st *stream, data []byte) {
 	if len(data) == 0 {
 		return
 	}
-	if st.woke && pglogrepl.MessageType(data[0]) == pglogrepl.MessageTypeInsert {
-		return // the rest of a large insert needs no decoding
+	if len(st.woke) == len(w.queues) && pglogrepl.MessageType(data[0]) == pglogrepl.MessageTypeInsert {
+		return // every queue is woken: the rest of a large insert needs no decoding
 	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
 		// Waking for nothing costs one claim scan; missing an insert costs
 		// a safety-poll interval.
 		w.log.Debug("undecodable pgoutput message; waking", zap.Error(err))
-		w.wakeOnce(st)
+		w.events.Add(1)
+		w.wake()
 		return
 	}
 	switch m := m.(type) {
 	case *pglogrepl.BeginMessage:
-		st.woke = false
+		clear(st.woke)
 	case *pglogrepl.RelationMessage:
 		st.queueCol[m.RelationID] = -1
 		for i, c := range m.Columns {
@@ -140,30 +142,43 @@ func (w *WAL) handleLogical(st *stream, data []byte) {
 			}
 		}
 	case *pglogrepl.InsertMessage:
-		if w.insertMatches(st, m) {
-			w.wakeOnce(st)
+		if q, ok := w.insertQueue(st, m); !ok {
+			w.events.Add(1)
+			w.wake() // cannot tell the queue: wake all rather than miss it
+		} else if w.queues[q] {
+			w.wakeOnce(st, q)
+		}
+	case *pglogrepl.LogicalDecodingMessage:
+		if q := string(m.Content); m.Prefix == MessagePrefix && w.queues[q] {
+			w.wakeOnce(st, q)
 		}
 	}
 }
 
-func (w *WAL) insertMatches(st *stream, m *pglogrepl.InsertMessage) bool {
+// MessagePrefix is the prefix of the logical messages the update trigger
+// emits, whose content is a queue name.
+const MessagePrefix = "fila"
+
+// insertQueue returns the queue of an inserted row, or false when it cannot
+// tell.
+func (w *WAL) insertQueue(st *stream, m *pglogrepl.InsertMessage) (string, bool) {
 	i, ok := st.queueCol[m.RelationID]
 	if !ok || i < 0 || m.Tuple == nil || i >= len(m.Tuple.Columns) {
-		return true // cannot tell the queue: wake rather than miss it
+		return "", false
 	}
 	col := m.Tuple.Columns[i]
 	if col.DataType != pglogrepl.TupleDataTypeText {
-		return true
+		return "", false
 	}
-	return w.queues[string(col.Data)]
+	return string(col.Data), true
 }
 
-func (w *WAL) wakeOnce(st *stream) {
-	if st.woke {
+func (w *WAL) wakeOnce(st *stream, queue string) {
+	if st.woke[queue] {
 		return
 	}
-	st.woke = true
+	st.woke[queue] = true
 	w.events.Add(1)
-	w.log.Debug("insert committed; waking")
-	w.wake()
+	w.log.Debug("job committed; waking", zap.String("queue", queue))
+	w.wakeQueue(queue)
 }

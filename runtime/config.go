@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -36,10 +40,18 @@ const (
 	LeaseMin             = 500 * time.Millisecond
 	LeaseMax             = time.Hour
 	ClaimBatchDefault    = 1000
+	ClaimBatchMax        = 10000
 	RetryBaseDefault     = time.Second
 	RetryMaxDefault      = time.Hour
 	RetentionDefault     = 24 * time.Hour
+	DeadRetentionDefault = 7 * 24 * time.Hour
 	HardStopGraceDefault = 5 * time.Second
+	SafetyPollDefault    = fallbackpoll.SafetyPollDefault
+	SafetyPollMin        = fallbackpoll.SafetyPollMin
+	SafetyPollMax        = fallbackpoll.SafetyPollMax
+	UnhealthyPollDefault = fallbackpoll.UnhealthyPollDefault
+	PollMinDefault       = fallbackpoll.PollMinDefault
+	PollMaxDefault       = fallbackpoll.PollMaxDefault
 )
 
 // Handler runs one attempt of a job. Returning nil completes the job; an
@@ -78,11 +90,21 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Queues are the queues this runtime works. Defaults to ["default"].
 	Queues []string
-	// Kinds are the job kinds this runtime handles. Required.
+	// Kinds are the job kinds this runtime handles. Required. A claim takes
+	// only jobs of these kinds: other workers on the same queue may handle
+	// other kinds.
 	Kinds []Kind
-	// Concurrency is how many handlers run at once. Defaults to
+	// Concurrency is how many handlers of each queue run at once; each queue
+	// has its own, so a busy queue never starves another. Defaults to
 	// ConcurrencyDefault; allowed 1 to ConcurrencyMax.
 	Concurrency int
+	// QueueConcurrency sets the concurrency of individual queues (of
+	// Queues), instead of Concurrency. Defaults to none.
+	QueueConcurrency map[string]int
+	// MaxConcurrency, if set, caps the handlers running at once across all
+	// queues; queues waiting for a slot get one in turn. Defaults to 0: no
+	// cap beyond each queue's own.
+	MaxConcurrency int
 	// Mode is how workers learn of new jobs. Defaults to ModeNotify.
 	Mode Mode
 	// Lease is how long a claimed job stays this worker's without a
@@ -104,11 +126,23 @@ type Config struct {
 	// HeartbeatInterval is how often leases of running jobs are extended.
 	// Defaults to Lease/3.
 	HeartbeatInterval time.Duration
-	// Poll configures the safety poll, the pure-poll backoff and the timer for
-	// scheduled jobs. Defaults to fallbackpoll's defaults (safety poll 30s).
-	Poll fallbackpoll.Config
+	// SafetyPoll is how often a worker claims without having been woken,
+	// while its wake source is healthy: it catches a notification that was
+	// lost. Defaults to SafetyPollDefault; allowed SafetyPollMin to
+	// SafetyPollMax.
+	SafetyPoll time.Duration
+	// UnhealthyPoll is the poll interval while the wake source is down or
+	// not yet up. Defaults to UnhealthyPollDefault; allowed 10ms to
+	// SafetyPoll.
+	UnhealthyPoll time.Duration
+	// PollMin is ModePoll's interval while work flows. Defaults to
+	// PollMinDefault; allowed 1ms to 1m.
+	PollMin time.Duration
+	// PollMax caps ModePoll's idle backoff. Defaults to PollMaxDefault;
+	// allowed PollMin to SafetyPollMax.
+	PollMax time.Duration
 	// ClaimBatch caps the jobs one claim statement takes. Defaults to
-	// ClaimBatchDefault.
+	// ClaimBatchDefault; allowed 1 to ClaimBatchMax.
 	ClaimBatch int
 	// RetryBase and RetryMax shape the retry backoff: RetryBase·2^(attempt-1),
 	// jittered, capped at RetryMax. Default to RetryBaseDefault and RetryMaxDefault.
@@ -117,8 +151,15 @@ type Config struct {
 	// Retention is how long completed jobs are kept before being deleted in
 	// small batches. Defaults to RetentionDefault; a negative value keeps them.
 	Retention time.Duration
+	// DeadRetention is how long dead and cancelled jobs are kept, so there
+	// is time to look at them and retry them. Defaults to
+	// DeadRetentionDefault; a negative value keeps them.
+	DeadRetention time.Duration
 	// HardStopGrace is how long a hard stop waits for cancelled handlers to
-	// return before abandoning them to their leases. Defaults to HardStopGraceDefault.
+	// return. A handler still running then is abandoned: Run returns, its
+	// lease is no longer renewed, and after it expires another worker runs
+	// the job, so a process should exit once Run returns. Defaults to
+	// HardStopGraceDefault.
 	HardStopGrace time.Duration
 	// Logger defaults to zap.NewNop().
 	Logger *zap.Logger
@@ -150,12 +191,21 @@ func (c Config) WithDefaults() Config {
 	if c.ListenerPingTimeout == 0 {
 		c.ListenerPingTimeout = listener.PingTimeoutDefault
 	}
-	c.Poll.PurePoll = c.Mode == ModePoll
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	c.Poll.Logger = c.Logger
-	c.Poll = c.Poll.WithDefaults()
+	if c.SafetyPoll == 0 {
+		c.SafetyPoll = SafetyPollDefault
+	}
+	if c.UnhealthyPoll == 0 {
+		c.UnhealthyPoll = UnhealthyPollDefault
+	}
+	if c.PollMin == 0 {
+		c.PollMin = PollMinDefault
+	}
+	if c.PollMax == 0 {
+		c.PollMax = max(PollMaxDefault, c.PollMin)
+	}
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = ClaimBatchDefault
 	}
@@ -167,6 +217,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Retention == 0 {
 		c.Retention = RetentionDefault
+	}
+	if c.DeadRetention == 0 {
+		c.DeadRetention = DeadRetentionDefault
 	}
 	if c.HardStopGrace == 0 {
 		c.HardStopGrace = HardStopGraceDefault
@@ -197,8 +250,8 @@ func (c Config) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, k := range c.Kinds {
-		if k.Name == "" {
-			return errors.New("Kinds: a kind has an empty Name")
+		if err := ValidateKind(k.Name); err != nil {
+			return fmt.Errorf("Kinds: %w", err)
 		}
 		if k.Handler == nil {
 			return fmt.Errorf("Kinds: kind %q has no Handler", k.Name)
@@ -214,6 +267,17 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > ConcurrencyMax {
 		return fmt.Errorf("Concurrency %d out of range: allowed 1 to %d", c.Concurrency, ConcurrencyMax)
 	}
+	for q, n := range c.QueueConcurrency {
+		if !slices.Contains(c.Queues, q) {
+			return fmt.Errorf("QueueConcurrency: queue %q is not one of Queues %v", q, c.Queues)
+		}
+		if n < 1 || n > ConcurrencyMax {
+			return fmt.Errorf("QueueConcurrency: queue %q has %d, out of range: allowed 1 to %d", q, n, ConcurrencyMax)
+		}
+	}
+	if c.MaxConcurrency < 0 || c.MaxConcurrency > ConcurrencyMax*len(c.Queues) {
+		return fmt.Errorf("MaxConcurrency %d out of range: allowed 0 (no cap) to %d", c.MaxConcurrency, ConcurrencyMax*len(c.Queues))
+	}
 	if c.Lease < LeaseMin || c.Lease > LeaseMax {
 		return fmt.Errorf("Lease %s out of range: allowed %s to %s", c.Lease, LeaseMin, LeaseMax)
 	}
@@ -228,14 +292,67 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ListenerPingTimeout %s out of range: allowed %s to %s",
 			c.ListenerPingTimeout, listener.PingTimeoutMin, listener.PingTimeoutMax)
 	}
-	if err := c.Poll.Validate(); err != nil {
-		return fmt.Errorf("Poll: %w", err)
+	if err := c.pollConfig("").Validate(); err != nil {
+		return err
 	}
-	if c.ClaimBatch < 1 || c.ClaimBatch > 10000 {
-		return fmt.Errorf("ClaimBatch %d out of range: allowed 1 to 10000", c.ClaimBatch)
+	if c.ClaimBatch < 1 || c.ClaimBatch > ClaimBatchMax {
+		return fmt.Errorf("ClaimBatch %d out of range: allowed 1 to %d", c.ClaimBatch, ClaimBatchMax)
 	}
 	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
 		return fmt.Errorf("RetryBase %s / RetryMax %s: need 0 < RetryBase <= RetryMax", c.RetryBase, c.RetryMax)
 	}
 	return nil
+}
+
+// concurrency is queue's own concurrency.
+func (c Config) concurrency(queue string) int {
+	if n, ok := c.QueueConcurrency[queue]; ok {
+		return n
+	}
+	return c.Concurrency
+}
+
+// pollConfig is the poller configuration of one queue's producer.
+func (c Config) pollConfig(queue string) fallbackpoll.Config {
+	log := c.Logger
+	if queue != "" {
+		log = log.With(zap.String("queue", queue))
+	}
+	return fallbackpoll.Config{
+		PurePoll: c.Mode == ModePoll, SafetyPoll: c.SafetyPoll, UnhealthyPoll: c.UnhealthyPoll,
+		PollMin: c.PollMin, PollMax: c.PollMax, Logger: log,
+	}
+}
+
+// KindMaxLen is the longest kind name, in bytes (the table's rule).
+const KindMaxLen = 200
+
+// ValidateKind returns an error naming the problem when name cannot be a job
+// kind: empty, longer than KindMaxLen bytes, not UTF-8, starting or ending
+// with a blank, or holding a control character such as a tab.
+func ValidateKind(name string) error {
+	switch {
+	case name == "":
+		return errors.New("job kind is empty")
+	case len(name) > KindMaxLen:
+		return fmt.Errorf("job kind %q… is %d bytes; at most %d", truncateRunes(name, 40), len(name), KindMaxLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("job kind %q is not valid UTF-8", name)
+	case strings.TrimSpace(name) != name:
+		return fmt.Errorf("job kind %q starts or ends with a blank", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("job kind %q holds a control character (a tab, a newline…)", name)
+	}
+	return nil
+}
+
+// truncateRunes cuts s to at most n bytes on a rune boundary.
+func truncateRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fila-run/fila/claimer"
 	"github.com/fila-run/fila/internal/channel"
 )
 
@@ -85,11 +84,8 @@ func prepare(p InsertParams) (insertRow, error) {
 	if err := channel.ValidateQueue(r.queue); err != nil {
 		return r, err
 	}
-	if r.kind == "" {
-		return r, errors.New("job kind is empty")
-	}
-	if len(r.kind) > 200 {
-		return r, fmt.Errorf("job kind %q is longer than 200 bytes", r.kind[:40]+"…")
+	if err := ValidateKind(r.kind); err != nil {
+		return r, err
 	}
 	switch {
 	case r.maxAttempts == 0:
@@ -153,7 +149,7 @@ func storableJSON(b []byte) error {
 // Insert enqueues one job and returns its id. db may be a pool or a
 // transaction: inside a transaction (see InsertTx) the job becomes visible to
 // workers only when it commits, and never if it rolls back.
-func Insert(ctx context.Context, db claimer.DB, kind string, payload any, opts *InsertOpts) (int64, error) {
+func Insert(ctx context.Context, db DB, kind string, payload any, opts *InsertOpts) (int64, error) {
 	p := InsertParams{Kind: kind, Payload: payload}
 	if opts != nil {
 		p.InsertOpts = *opts
@@ -171,7 +167,7 @@ func Insert(ctx context.Context, db claimer.DB, kind string, payload any, opts *
 
 // InsertTx enqueues one job inside the caller's transaction, in the same
 // commit as the business data it belongs to.
-func InsertTx(ctx context.Context, tx claimer.DB, kind string, payload any, opts *InsertOpts) (int64, error) {
+func InsertTx(ctx context.Context, tx DB, kind string, payload any, opts *InsertOpts) (int64, error) {
 	return Insert(ctx, tx, kind, payload, opts)
 }
 
@@ -184,7 +180,7 @@ func InsertTx(ctx context.Context, tx claimer.DB, kind string, payload any, opts
 // the table's sequence first, in order, then the rows stream in one COPY
 // statement. The insert trigger treats a COPY like any INSERT: one
 // notification per queue for the whole batch.
-func InsertMany(ctx context.Context, db claimer.DB, jobs []InsertParams) ([]int64, error) {
+func InsertMany(ctx context.Context, db DB, jobs []InsertParams) ([]int64, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -207,7 +203,7 @@ type copier interface {
 	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
 }
 
-func insertStatement(ctx context.Context, db claimer.DB, rows []insertRow) ([]int64, error) {
+func insertStatement(ctx context.Context, db DB, rows []insertRow) ([]int64, error) {
 	n := len(rows)
 	queues, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
 	prios, maxes := make([]int16, n), make([]int32, n)
@@ -226,7 +222,7 @@ func insertStatement(ctx context.Context, db claimer.DB, rows []insertRow) ([]in
 	return ids, nil
 }
 
-func insertCopy(ctx context.Context, db claimer.DB, c copier, rows []insertRow) ([]int64, error) {
+func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64, error) {
 	n := len(rows)
 	res, err := db.Query(ctx, reserveIDsSQL, n)
 	if err != nil {

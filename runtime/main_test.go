@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/migrations"
 	"github.com/fila-run/fila/runtime"
@@ -49,8 +48,8 @@ func baseConfig(t *testing.T, db *testdb.DB, kinds ...runtime.Kind) runtime.Conf
 	return runtime.Config{
 		DSN: db.DSN, ListenDSN: db.DirectDSN, Kinds: kinds,
 		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		Poll:   fallbackpoll.Config{SafetyPoll: 10 * time.Minute},
-		Logger: zaptest.NewLogger(t),
+		SafetyPoll: 10 * time.Minute,
+		Logger:     zaptest.NewLogger(t),
 	}
 }
 

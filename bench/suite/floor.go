@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fila-run/fila/bench"
-	"github.com/fila-run/fila/claimer"
 	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/runtime"
@@ -23,6 +22,11 @@ const (
 	FloorListen      = "listen"       // the notification arrives
 	FloorNotifyClaim = "notify+claim" // ... and one claim statement returns the job
 )
+
+// claimSQL is the runtime's claim, called as the runtime calls it:
+// $1 queue, $2 kinds, $3 batch limit, $4 lease in milliseconds; one row per
+// job, then a summary row with a NULL id.
+const claimSQL = `SELECT * FROM fila_claim($1::text, $2::text[], $3::int, $4::float8)`
 
 // floorLease is the lease the floor's claims take: longer than any run, so
 // nothing it claimed is rescued while it runs.
@@ -81,7 +85,6 @@ func (s *suite) runFloor(ctx context.Context, claim bool, rate int) (res bench.L
 // notification's payload, the job id, is the pick-up; with one, a claim of
 // the queue's head is, when it returns.
 func floorLoop(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool, rec *recorder) error {
-	claimSQL := claimer.ClaimSQL()
 	lease := float64(floorLease / time.Millisecond)
 	ids := make([]int64, 0, runtime.ConcurrencyDefault)
 	for {
@@ -97,7 +100,7 @@ func floorLoop(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool, rec *rec
 			continue
 		}
 		ids = ids[:0]
-		rows, err := pool.Query(ctx, claimSQL, "default", runtime.ConcurrencyDefault, lease)
+		rows, err := pool.Query(ctx, claimSQL, "default", []string{benchKind}, runtime.ConcurrencyDefault, lease)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/fila-run/fila/bench"
 	"github.com/fila-run/fila/bench/report"
-	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -34,7 +33,7 @@ func runtimeConfig(mode, dsn string, log *zap.Logger, h runtime.Handler) runtime
 	default:
 		iv := pollIntervals[mode]
 		cfg.Mode = runtime.ModePoll
-		cfg.Poll = fallbackpoll.Config{PollMin: iv, PollMax: iv}
+		cfg.PollMin, cfg.PollMax = iv, iv
 	}
 	return cfg
 }

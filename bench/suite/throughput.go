@@ -12,7 +12,6 @@ import (
 
 	"github.com/fila-run/fila/bench"
 	"github.com/fila-run/fila/bench/report"
-	"github.com/fila-run/fila/claimer"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -296,7 +295,7 @@ func (s *suite) runSQLFloor(ctx context.Context) (res bench.ThroughputResult, er
 // claimAndComplete claims up to batch jobs and completes them, returning
 // how many it completed.
 func claimAndComplete(ctx context.Context, pool *pgxpool.Pool, batch int) (int, error) {
-	rows, err := pool.Query(ctx, claimer.ClaimSQL(), "default", batch, float64(time.Minute/time.Millisecond))
+	rows, err := pool.Query(ctx, claimSQL, "default", []string{benchKind}, batch, float64(time.Minute/time.Millisecond))
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
@@ -305,7 +304,7 @@ func claimAndComplete(ctx context.Context, pool *pgxpool.Pool, batch int) (int, 
 	for rows.Next() {
 		var id *int64
 		var attempt *int32
-		if err := rows.Scan(&id, nil, nil, nil, nil, &attempt, nil, nil, nil, nil, nil); err != nil {
+		if err := rows.Scan(&id, nil, nil, nil, &attempt, nil, nil, nil, nil, nil, nil); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("claim: scan: %w", err)
 		}

@@ -52,7 +52,7 @@ func runWork(ctx context.Context, g *globals, args []string) error {
 	rt, err := runtime.New(runtime.Config{
 		DSN: g.mainDSN(), ListenDSN: listenDSN, Queues: queues, Kinds: kinds,
 		Concurrency: *concurrency, Mode: runtime.Mode(*mode), Lease: *lease,
-		Poll:      fallbackpoll.Config{SafetyPoll: *safety, PollMin: *pollMin, PollMax: *pollMax},
+		SafetyPoll: *safety, PollMin: *pollMin, PollMax: *pollMax,
 		Retention: *retention, Logger: g.log(),
 	})
 	if err != nil {

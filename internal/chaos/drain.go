@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/runtime"
 )
@@ -131,8 +130,8 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 			Kinds:       []runtime.Kind{{Name: "record", Handler: handler}},
 			Concurrency: spec.concurrency, Lease: spec.lease, ClaimBatch: 50,
 			RetryBase: 50 * time.Millisecond, RetryMax: time.Second,
-			Poll:   fallbackpoll.Config{SafetyPoll: 30 * time.Second},
-			Logger: e.logger().Named(fmt.Sprintf("worker%d", i)),
+			SafetyPoll: 30 * time.Second,
+			Logger:     e.logger().Named(fmt.Sprintf("worker%d", i)),
 		})
 		if err != nil {
 			pool.Close()

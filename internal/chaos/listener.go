@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/listener"
 	"github.com/fila-run/fila/runtime"
 )
@@ -52,8 +51,8 @@ func (e *Env) startListenerRig(ctx context.Context, name string, every time.Dura
 		}}},
 		// Only notifications (and the catch-up claims after reconnecting)
 		// explain a quick pickup while the listener is healthy.
-		Poll:   fallbackpoll.Config{SafetyPoll: 10 * time.Minute},
-		Logger: e.logger().Named(name),
+		SafetyPoll: 10 * time.Minute,
+		Logger:     e.logger().Named(name),
 	}
 	if tune != nil {
 		tune(&cfg)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/internal/stats"
 	"github.com/fila-run/fila/listener"
 	"github.com/fila-run/fila/runtime"
@@ -50,8 +49,8 @@ func NotifyPressure(ctx context.Context, env *Env, size Size) (*Result, error) {
 	var releaseOnce sync.Once
 	lr, err := startRuntime(ctx, runtime.Config{
 		DSN: db.dsn, ListenDSN: db.direct, Concurrency: slots, Lease: 5 * time.Second,
-		Poll:   fallbackpoll.Config{SafetyPoll: 10 * time.Minute},
-		Logger: env.logger().Named("notify"),
+		SafetyPoll: 10 * time.Minute,
+		Logger:     env.logger().Named("notify"),
 		Kinds: []runtime.Kind{{Name: "slow", Handler: func(ctx context.Context, j *runtime.Job) error {
 			select {
 			case <-release:

@@ -7,21 +7,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/runtime"
 )
 
 // Poison feeds a runtime bad input while good jobs trickle in: handlers
-// that panic, time out, or ignore their context past their timeout;
-// payloads that are not JSON objects, inserted with plain SQL; a kind no
-// worker handles; and enqueues that cannot be accepted (invalid JSON, a
-// queue name that cannot be a channel). Each poison job must end dead with
-// a last_error that says why, each refused enqueue must fail with an error
+// that panic, time out, ignore their context past their timeout, or fail
+// with an error text PostgreSQL cannot store (NUL, invalid UTF-8); payloads
+// that are not JSON objects, inserted with plain SQL; a kind no worker
+// handles; and enqueues that cannot be accepted (invalid JSON, a queue name
+// that cannot be a channel). Each poison job must end dead with a last_error
+// that says why (the job of a kind no worker handles is left alone, pending,
+// for a worker that knows it), each refused enqueue must fail with an error
 // naming the problem and leave nothing behind, and the good jobs must keep
 // flowing meanwhile.
 func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 	const timeout = 200 * time.Millisecond
-	res := &Result{Load: "13 bad jobs, 5 bad enqueues; 1 good job / 50 ms"}
+	res := &Result{Load: "15 bad jobs, 5 bad enqueues; 1 good job / 50 ms"}
 	db, err := env.newDatabase(ctx, "poison")
 	if err != nil {
 		return nil, err
@@ -54,12 +55,15 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 			return ctx.Err()
 		}},
 		{Name: "decodes", Handler: decode},
+		{Name: "unstorable-error", Handler: func(ctx context.Context, j *runtime.Job) error {
+			return errors.New("bad \x00 \xff\xfe end") // NUL and invalid UTF-8
+		}},
 	}
 	lr, err := startRuntime(ctx, runtime.Config{
 		DSN: db.dsn, ListenDSN: db.direct, Kinds: kinds, Concurrency: 4, Lease: 2 * time.Second,
 		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		Poll:   fallbackpoll.Config{SafetyPoll: 10 * time.Minute},
-		Logger: env.logger().Named("poison"),
+		SafetyPoll: 10 * time.Minute,
+		Logger:     env.logger().Named("poison"),
 	})
 	if err != nil {
 		return nil, err
@@ -73,22 +77,25 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 	type poison struct {
 		kind, payload string
 		maxAttempts   int
-		want          string // in last_error
+		want          string // in last_error; "" for a job that completes
+		untouched     bool   // no worker handles the kind: the job must stay pending, never tried
 	}
 	poisons := []poison{
-		{"panics", `{}`, 2, "handler panicked: poison: nil map"},
-		{"too-slow", `{}`, 1, "timed out after " + timeout.String()},
-		{"ignores-cancel", `{}`, 1, "timed out after " + timeout.String()},
-		{"decodes", `[1, 2]`, 3, "does not decode"},
-		{"decodes", `"text"`, 3, "does not decode"},
-		{"decodes", `42`, 3, "does not decode"},
-		{"decodes", `true`, 3, "does not decode"},
-		{"decodes", `null`, 3, "is null"},
-		{"decodes", `{"N": "not a number"}`, 3, "does not decode"},
-		{"nobody-handles-this", `{}`, 2, `no handler for kind "nobody-handles-this"`},
-		{"panics", `{"big": "` + strings.Repeat("x", 100000) + `"}`, 1, "handler panicked"},
-		{"decodes", `{"N": 1, "deep": ` + strings.Repeat("[", 500) + strings.Repeat("]", 500) + `}`, 1, ""},
-		{"panics", `{}`, 1, "handler panicked"},
+		{"panics", `{}`, 2, "handler panicked: poison: nil map", false},
+		{"too-slow", `{}`, 1, "timed out after " + timeout.String(), false},
+		{"ignores-cancel", `{}`, 1, "timed out after " + timeout.String(), false},
+		{"decodes", `[1, 2]`, 3, "does not decode", false},
+		{"decodes", `"text"`, 3, "does not decode", false},
+		{"decodes", `42`, 3, "does not decode", false},
+		{"decodes", `true`, 3, "does not decode", false},
+		{"decodes", `null`, 3, "is null", false},
+		{"decodes", `{"N": "not a number"}`, 3, "does not decode", false},
+		{"nobody-handles-this", `{}`, 2, "", true},
+		{"unstorable-error", `{}`, 2, "bad \u2400 \uFFFD end", false},
+		{"unstorable-error", `{}`, 1, "bad \u2400 \uFFFD end", false},
+		{"panics", `{"big": "` + strings.Repeat("x", 100000) + `"}`, 1, "handler panicked", false},
+		{"decodes", `{"N": 1, "deep": ` + strings.Repeat("[", 500) + strings.Repeat("]", 500) + `}`, 1, "", false},
+		{"panics", `{}`, 1, "handler panicked", false},
 	}
 	ids := make([]int64, len(poisons))
 	for i, p := range poisons {
@@ -139,8 +146,8 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 		if err != nil {
 			return false
 		}
-		for _, id := range ids {
-			if s := states[id].state; s != "dead" && s != "completed" {
+		for i, id := range ids {
+			if s := states[id].state; s != "dead" && s != "completed" && !poisons[i].untouched {
 				return false
 			}
 		}
@@ -151,6 +158,12 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 	var dead int
 	for i, p := range poisons {
 		s := states[ids[i]]
+		if p.untouched {
+			res.check(s.state == "pending" && s.attempts == 0,
+				"job %d of kind %s, which no worker handles, ended %s after %d attempts; want pending, never tried",
+				ids[i], p.kind, s.state, s.attempts)
+			continue
+		}
 		if p.want == "" { // a valid payload: it just works
 			res.check(s.state == "completed", "job %d (%s, deeply nested payload) ended %s: %s", ids[i], p.kind, s.state, s.lastError)
 			continue
@@ -169,7 +182,7 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 	var c tableCounts
 	waitFor(ctx, 30*time.Second, func() bool {
 		c, err = countJobs(ctx, db.pool, false)
-		return err == nil && c.pending+c.running == 0
+		return err == nil && c.pending+c.running == 1 // the job no worker handles
 	})
 	// The tracker's last insert may commit just after it stops: give every
 	// good job the same time to complete before counting one as lost.
@@ -190,7 +203,7 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 	runs := log.snapshot()
 	res.Duplicated = len(okTwice(runs))
 	res.Overlapping = len(overlaps(runs, time.Now()))
-	res.note("%d poison jobs ended dead with a last_error naming the cause (panic, timeout, handler deaf to cancellation, payload not an object, unknown kind) within %.1fs",
+	res.note("%d poison jobs ended dead with a last_error naming the cause (panic, timeout, handler deaf to cancellation, payload not an object, an error text with NUL and invalid UTF-8, stored cleaned) within %.1fs; the job of a kind no worker handles stayed pending, untried",
 		dead, poisonedAt.Seconds())
 	res.note("%d enqueues refused with an error naming the problem (invalid JSON, queue name not a channel name, NULL payload); a runtime on an invalid queue refused at New", len(refusals))
 	res.note("meanwhile %d good jobs were inserted and %d picked up, the longest wait %s", n, picked, worst.Round(time.Millisecond))

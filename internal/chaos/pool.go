@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fila-run/fila/fallbackpoll"
 	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/runtime"
 )
@@ -45,8 +44,8 @@ func PoolExhaustion(ctx context.Context, env *Env, size Size) (*Result, error) {
 	log := newRunLog()
 	lr, err := startRuntime(ctx, runtime.Config{
 		Pool: pool, ListenDSN: db.direct, Concurrency: concurrency, Lease: lease,
-		Poll:   fallbackpoll.Config{SafetyPoll: 10 * time.Minute},
-		Logger: env.logger().Named("pool"),
+		SafetyPoll: 10 * time.Minute,
+		Logger:     env.logger().Named("pool"),
 		Kinds: []runtime.Kind{{Name: "hold", Handler: func(ctx context.Context, j *runtime.Job) error {
 			i := log.begin(j.ID, j.Attempt, 0)
 			err := func() error {

@@ -3,23 +3,13 @@ package runtime
 import (
 	"context"
 	"fmt"
-
-	"github.com/fila-run/fila/claimer"
-	"github.com/fila-run/fila/listener"
 )
-
-// newWALSource builds the logical-replication wake source: it reads inserts
-// into fila_jobs from the write-ahead log, so producers' commits take no
-// NOTIFY lock. The safety poll stays the correctness path.
-func newWALSource(cfg Config) (wakeSource, error) {
-	return listener.NewWAL(listener.WALConfig{DSN: cfg.ListenDSN, Queues: cfg.Queues, Logger: cfg.Logger})
-}
 
 // SetNotifyTrigger switches the insert trigger's NOTIFY on or off for every
 // producer. Switch it off only once every worker runs in ModeWAL (or
 // ModePoll): notify-mode workers would then learn of new jobs only from
 // their safety poll. It takes a brief lock on fila_jobs.
-func SetNotifyTrigger(ctx context.Context, db claimer.DB, on bool) error {
+func SetNotifyTrigger(ctx context.Context, db DB, on bool) error {
 	verb := "DISABLE"
 	if on {
 		verb = "ENABLE"
@@ -31,7 +21,7 @@ func SetNotifyTrigger(ctx context.Context, db claimer.DB, on bool) error {
 }
 
 // NotifyTriggerOn reports whether the insert trigger notifies.
-func NotifyTriggerOn(ctx context.Context, db claimer.DB) (bool, error) {
+func NotifyTriggerOn(ctx context.Context, db DB) (bool, error) {
 	var enabled string
 	err := db.QueryRow(ctx, `SELECT tgenabled::text FROM pg_trigger
 		WHERE tgrelid = 'fila_jobs'::regclass AND tgname = 'fila_jobs_notify'`).Scan(&enabled)

@@ -1,0 +1,188 @@
+package claimer_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/fila-run/fila/claimer"
+	"github.com/fila-run/fila/internal/testdb"
+)
+
+// recorder collects what a writer reports.
+type recorder struct {
+	mu        sync.Mutex
+	written   map[claimer.AttemptKey]string
+	abandoned map[claimer.AttemptKey]bool
+}
+
+func newRecorder() *recorder {
+	return &recorder{written: map[claimer.AttemptKey]string{}, abandoned: map[claimer.AttemptKey]bool{}}
+}
+
+func (r *recorder) config(t *testing.T) claimer.WriterConfig {
+	return claimer.WriterConfig{
+		Logger: zaptest.NewLogger(t),
+		OnWritten: func(fin []claimer.Finished) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, f := range fin {
+				r.written[f.Key] = f.State
+			}
+		},
+		OnAbandoned: func(outs []claimer.Outcome, _ error) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, o := range outs {
+				r.abandoned[o.Key()] = true
+			}
+		},
+	}
+}
+
+func (r *recorder) state(k claimer.AttemptKey) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.written[k]
+	return s, ok
+}
+
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func claimN(t *testing.T, s *claimer.Store, db *testdb.DB, n int) []*claimer.Job {
+	t.Helper()
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) SELECT 'k' FROM generate_series(1, $1::int)`, n)
+	require.NoError(t, err)
+	res, err := s.Claim(ctx, "default", kinds, n, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, n)
+	return res.Jobs
+}
+
+// An outcome whose row is locked by another session is written later,
+// while the outcomes submitted after it are written at once.
+func TestWriterLockedRowDoesNotHoldBackOthers(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	jobs := claimN(t, s, db, 3)
+	held, rest := jobs[0], jobs[1:]
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM fila_jobs WHERE id = $1::bigint FOR UPDATE`, held.ID)
+	require.NoError(t, err)
+
+	rec := newRecorder()
+	w := claimer.NewWriter(s, rec.config(t))
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(runCtx) }()
+
+	require.NoError(t, w.Submit(claimer.Outcome{Attempt: held.Attempt, OK: true}))
+	for _, j := range rest {
+		require.NoError(t, w.Submit(claimer.Outcome{Attempt: j.Attempt, OK: true}))
+	}
+	waitUntil(t, 5*time.Second, "the unlocked outcomes are written", func() bool {
+		for _, j := range rest {
+			if st, ok := rec.state(j.Key()); !ok || st != "completed" {
+				return false
+			}
+		}
+		return true
+	})
+	_, written := rec.state(held.Key())
+	require.False(t, written, "the locked row cannot have been written yet")
+	require.NoError(t, tx.Rollback(ctx))
+	waitUntil(t, 5*time.Second, "the locked outcome is written once the lock is gone", func() bool {
+		st, ok := rec.state(held.Key())
+		return ok && st == "completed"
+	})
+	w.Close()
+	<-done
+}
+
+// A batch the database refuses as data is split: the refused outcome is
+// written alone with a placeholder error, and every other one as it was.
+func TestWriterSplitsBatchRefusedAsData(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	// The database refuses, as invalid data, any error text with "poison":
+	// a stand-in for whatever value a server may refuse.
+	_, err := db.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.last_error LIKE '%poison%' THEN
+        RAISE EXCEPTION 'refused: %', NEW.last_error USING ERRCODE = '22P02';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_poison BEFORE UPDATE ON fila_jobs FOR EACH ROW EXECUTE FUNCTION refuse_poison();`)
+	require.NoError(t, err)
+	jobs := claimN(t, s, db, 9)
+	poisoned := jobs[4]
+
+	rec := newRecorder()
+	w := claimer.NewWriter(s, rec.config(t))
+	// Everything goes in before the writer starts: one batch of nine.
+	for _, j := range jobs {
+		o := claimer.Outcome{Attempt: j.Attempt, OK: true}
+		if j == poisoned {
+			o = claimer.Outcome{Attempt: j.Attempt, Err: "a poison text", Delay: time.Second}
+		}
+		require.NoError(t, w.Submit(o))
+	}
+	w.Close()
+	require.NoError(t, w.Run(ctx))
+
+	for _, j := range jobs {
+		st, ok := rec.state(j.Key())
+		require.True(t, ok, "job %d written", j.ID)
+		if j == poisoned {
+			require.Equal(t, "pending", st)
+			continue
+		}
+		require.Equal(t, "completed", st)
+	}
+	_, _, lastErr := jobRow(t, db, poisoned.ID)
+	require.Contains(t, lastErr, "could not be stored")
+	require.Contains(t, lastErr, "22P02")
+}
+
+// Submit after the writer stopped returns an error instead of blocking or
+// panicking, and what was queued is reported abandoned.
+func TestWriterStoppedAbandons(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	jobs := claimN(t, s, db, 2)
+	rec := newRecorder()
+	cfg := rec.config(t)
+	cfg.Buffer = 1
+	w := claimer.NewWriter(s, cfg)
+	require.NoError(t, w.Submit(claimer.Outcome{Attempt: jobs[0].Attempt, OK: true}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, w.Run(ctx))
+	require.ErrorIs(t, w.Submit(claimer.Outcome{Attempt: jobs[1].Attempt, OK: true}), claimer.ErrWriterStopped)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.True(t, rec.abandoned[jobs[0].Key()])
+	st, _, _ := jobRow(t, db, jobs[0].ID)
+	require.Equal(t, "running", st, "an abandoned outcome waits for its lease to expire")
+}

@@ -1,0 +1,123 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	goruntime "runtime"
+	"strings"
+	"time"
+)
+
+// resultKind is what became of one attempt's handler.
+type resultKind int
+
+const (
+	resultOK            resultKind = iota // returned nil: complete the job
+	resultFailed                          // returned an error or panicked: retry or dead
+	resultCompletedInTx                   // completed in the handler's own transaction: nothing to write
+	resultLeaseLost                       // the lease was lost: another worker may own the job
+	resultCancelled                       // an operator cancelled the job
+	resultInterrupted                     // a hard stop interrupted it: give the job back
+)
+
+// result is one attempt's handler result, mapped.
+type result struct {
+	kind      resultKind
+	err       error
+	permanent bool
+	delay     time.Duration // retry backoff
+	took      time.Duration
+}
+
+// execute runs one attempt's handler and hands its result to the completer.
+// cancel is the attempt's own cancellation, through which the completer
+// stops a handler whose lease was lost or whose job was cancelled.
+func (r *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, job *Job) {
+	start := time.Now()
+	err := r.runHandler(ctx, job)
+	cause := context.Cause(ctx)
+	cancel(nil)
+	res := r.mapResult(job, err, cause)
+	res.took = time.Since(start)
+	r.completer.finish(job, res)
+}
+
+// runHandler calls the kind's handler with its timeout.
+func (r *Runtime) runHandler(ctx context.Context, job *Job) error {
+	kind, known := r.kinds[job.Kind]
+	if !known {
+		// Claims take only this worker's kinds, so this is a row whose kind
+		// changed under the claim. Retry rather than kill: another worker may
+		// know the kind.
+		return fmt.Errorf("no handler for kind %q on this worker (it handles %s)", job.Kind, strings.Join(r.kindNames, ", "))
+	}
+	hctx := ctx
+	if kind.Timeout > 0 {
+		var c context.CancelFunc
+		hctx, c = context.WithTimeoutCause(ctx, kind.Timeout, fmt.Errorf("timed out after %s", kind.Timeout))
+		defer c()
+	}
+	err := call(hctx, kind.Handler, job)
+	if err != nil && hctx.Err() != nil && ctx.Err() == nil {
+		// The kind's timeout stopped it. Say so once: a handler that
+		// returned the cause (or the bare deadline) already says it.
+		timeout := context.Cause(hctx)
+		if !errors.Is(err, timeout) && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w; the handler returned: %w", timeout, err)
+		}
+		if !errors.Is(err, timeout) {
+			return timeout
+		}
+	}
+	return err
+}
+
+// mapResult decides what an attempt's handler result means.
+func (r *Runtime) mapResult(job *Job, err error, cause error) result {
+	switch {
+	case err == nil && job.completedInTx.Load():
+		// Completed in the handler's own transaction: nothing left to write.
+		// Checked before a lost lease: a heartbeat that runs between that
+		// commit and the handler's return finds the row no longer running
+		// and cancels the handler, but the completion is already committed
+		// (CompleteTx is fenced on the attempt, so it only succeeds while
+		// the lease is this worker's).
+		return result{kind: resultCompletedInTx}
+	case errors.Is(cause, ErrLeaseLost):
+		return result{kind: resultLeaseLost, err: err}
+	case errors.Is(cause, ErrCancelled):
+		return result{kind: resultCancelled, err: err}
+	case err == nil:
+		return result{kind: resultOK}
+	case errors.Is(cause, ErrShutdown):
+		// Interrupted by a hard stop: give the job back now rather than
+		// waiting for its lease. Not a failure of the job.
+		return result{kind: resultInterrupted, err: err}
+	}
+	return result{kind: resultFailed, err: err, permanent: IsPermanent(err), delay: r.retryDelay(job.Attempt)}
+}
+
+// call runs h, turning a panic into an error with its stack.
+func call(ctx context.Context, h Handler, job *Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			buf := make([]byte, 4096)
+			buf = buf[:goruntime.Stack(buf, false)]
+			err = fmt.Errorf("handler panicked: %v\n%s", p, buf)
+		}
+	}()
+	return h(ctx, job)
+}
+
+// retryDelay is RetryBase·2^(attempt-1), capped at RetryMax, with "equal
+// jitter": half fixed, half random, so retries of a failed burst spread out.
+func (r *Runtime) retryDelay(attempt int) time.Duration {
+	d := r.cfg.RetryBase
+	for i := 1; i < attempt && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.RetryMax)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
