@@ -191,10 +191,7 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 	if len(s.Workers) > 0 {
 		fmt.Fprintln(tw, "id\thost\tpid\tmode\twake source\tqueues\tlast seen\t")
 		for _, wk := range s.Workers {
-			seen := "-"
-			if wk.LastSeenSeconds != nil {
-				seen = seconds(*wk.LastSeenSeconds) + " ago"
-			}
+			seen := seconds(wk.LastSeenSeconds) + " ago"
 			wake := wk.WakeSource
 			if wk.WakeError != "" {
 				wake += ": " + oneLine(wk.WakeError, 60)

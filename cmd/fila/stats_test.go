@@ -202,3 +202,40 @@ func TestStatsSaysToMigrate(t *testing.T) {
 		require.Equal(t, "fila stats: database is not migrated: it has no Fila tables; run `fila migrate`\n", errOut)
 	}
 }
+
+func TestStatsWorkers(t *testing.T) {
+	t.Parallel()
+	db := seededForStats(t)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO fila_workers
+		(id, host, pid, queues, kinds, mode, wake_source, wake_error, started_at, last_seen_at) VALUES
+		('h1/100/aa', 'h1', 100, '{orders}', '{invoice}', 'notify', 'up', NULL, now() - interval '1 hour', now() - interval '10 seconds'),
+		('h2/200/bb', 'h2', 200, '{orders,mail.v2}', '{invoice}', 'wal', 'down', E'create replication slot:\ntimeout', now(), now()),
+		('h3/300/cc', 'h3', 300, '{orders}', '{invoice}', 'notify', 'up', NULL, now() - interval '2 hours', now() - interval '16 minutes');
+		ALTER TABLE fila_jobs DISABLE TRIGGER fila_jobs_notify`)
+	require.NoError(t, err)
+
+	out, errOut, code := fila(t, db, "stats")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "\nWarnings\n  ! worker h2/200/bb (h2, pid 200): its wal wake source is down (create replication slot: timeout); it finds new jobs only by polling\n"+
+		"  ! the notify trigger is off while 1 live worker(s) run in notify mode (h1/100/aa): they find new jobs only by their safety poll; run `fila trigger on`, or restart them with --mode wal\n")
+	require.Contains(t, out, "Workers: 2 live, 1 gone (not seen for 15m0s)\n")
+	require.Equal(t, []string{"h1/100/aa", "h1", "100", "notify", "up", "orders"}, row(t, out, "h1/100/aa")[:6])
+	h2 := strings.Join(row(t, out, "h2/200/bb"), " ")
+	require.Contains(t, h2, "wal down: create replication slot: timeout orders,mail.v2")
+	require.Contains(t, out, "Notify trigger: off")
+	require.NotContains(t, out, "\t")
+
+	out, errOut, code = fila(t, db, "stats", "--json")
+	require.Zero(t, code, errOut)
+	var s stats.Snapshot
+	require.NoError(t, json.Unmarshal([]byte(out), &s))
+	require.Len(t, s.Workers, 2)
+	require.Equal(t, 1, s.GoneWorkers)
+	require.Len(t, s.Warnings, 2)
+	require.False(t, s.NotifyTrigger)
+
+	// Warnings are not thresholds: --check stays about what it was asked.
+	out, errOut, code = fila(t, db, "stats", "--check", "--max-dead", "3")
+	require.Zero(t, code, errOut)
+	require.Equal(t, "ok: dead jobs 3 (max 3)\n", out)
+}

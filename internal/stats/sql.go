@@ -77,12 +77,10 @@ FROM recent GROUP BY kind ORDER BY count(*) DESC, kind`
 	triggerSQL = `SELECT coalesce((SELECT tgenabled <> 'D' FROM pg_trigger
 	WHERE tgrelid = 'fila_jobs'::regclass AND tgname = 'fila_jobs_notify'), false)`
 
-	workersTableSQL = `SELECT to_regclass('fila_workers') IS NOT NULL`
-
-	// Every worker row, and whether it is gone: not seen for $1 seconds.
-	workersSQL = `SELECT id, coalesce(host, ''), coalesce(pid, 0), coalesce(queues, '{}'), coalesce(kinds, '{}'),
-	coalesce(mode, ''), coalesce(wake_source, ''), coalesce(wake_error, ''),
+	// Every worker row (migration 0002), and whether it is gone: not seen
+	// for $1 seconds.
+	workersSQL = `SELECT id, host, pid, queues, kinds, mode, wake_source, coalesce(wake_error, ''),
 	started_at, last_seen_at, extract(epoch FROM now() - last_seen_at)::float8,
-	coalesce(last_seen_at < now() - make_interval(secs => $1::float8), true)
-FROM fila_workers ORDER BY started_at NULLS LAST, id`
+	last_seen_at < now() - make_interval(secs => $1::float8)
+FROM fila_workers ORDER BY started_at, id`
 )

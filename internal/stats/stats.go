@@ -127,12 +127,13 @@ type Worker struct {
 	Queues []string `json:"queues"`
 	Kinds  []string `json:"kinds"`
 	// Mode is notify, wal or poll; WakeSource is up, down, or none (poll).
-	Mode            string     `json:"mode"`
-	WakeSource      string     `json:"wake_source"`
-	WakeError       string     `json:"wake_error"`
-	StartedAt       *time.Time `json:"started_at"`
-	LastSeenAt      *time.Time `json:"last_seen_at"`
-	LastSeenSeconds *float64   `json:"last_seen_seconds"`
+	Mode       string    `json:"mode"`
+	WakeSource string    `json:"wake_source"`
+	WakeError  string    `json:"wake_error"`
+	StartedAt  time.Time `json:"started_at"`
+	LastSeenAt time.Time `json:"last_seen_at"`
+	// LastSeenSeconds is how long ago LastSeenAt was, on the database clock.
+	LastSeenSeconds float64 `json:"last_seen_seconds"`
 }
 
 // Snapshot is everything `fila stats` shows. Lists are never nil, so they
@@ -349,10 +350,6 @@ func (s *Snapshot) readDead(ctx context.Context, tx pgx.Tx) error {
 
 func (s *Snapshot) readWorkers(ctx context.Context, tx pgx.Tx) error {
 	s.Workers = []Worker{}
-	var exists bool
-	if err := tx.QueryRow(ctx, workersTableSQL).Scan(&exists); err != nil || !exists {
-		return err
-	}
 	rows, _ := tx.Query(ctx, workersSQL, WorkerGoneAfter.Seconds())
 	var (
 		wk   Worker

@@ -183,6 +183,18 @@ func TestCollectSaysToMigrate(t *testing.T) {
 	require.True(t, errors.Is(err, migrations.ErrNotMigrated), "got %v", err)
 	require.ErrorContains(t, err, "run `fila migrate`")
 
+	// A database left at an older version.
+	old := testdb.New(t)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	exec(t, old, all[0].Up)
+	exec(t, old, `CREATE TABLE fila_migrations (version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+		INSERT INTO fila_migrations (version, name) VALUES (1, 'jobs')`)
+	_, err = stats.Collect(ctx, old.Pool)
+	require.True(t, errors.Is(err, migrations.ErrNotMigrated), "got %v", err)
+	require.ErrorContains(t, err, "it is at version 1")
+	require.ErrorContains(t, err, "run `fila migrate`")
+
 	db := migrated(t)
 	exec(t, db, "DROP TABLE fila_jobs CASCADE")
 	_, err = stats.Collect(ctx, db.Pool)
@@ -226,4 +238,47 @@ func TestCheck(t *testing.T) {
 	empty := &stats.Snapshot{}
 	breaches, _ = empty.Check(stats.Thresholds{MaxDead: i64(0), MaxOldest: dur(0), MaxNotifyQueue: f64(0)})
 	require.Empty(t, breaches, "nothing waiting, nothing dead")
+}
+
+const workers = `INSERT INTO fila_workers (id, host, pid, queues, kinds, mode, wake_source, wake_error, started_at, last_seen_at) VALUES
+	('h1/100/aa', 'h1', 100, '{default}', '{k}', 'notify', 'up', NULL, now() - interval '1 hour', now() - interval '10 seconds'),
+	('h2/200/bb', 'h2', 200, '{orders,mail}', '{invoice}', 'wal', 'down', 'create replication slot: timeout after 10s', now() - interval '5 minutes', now() - interval '1 minute'),
+	('h3/300/cc', 'h3', 300, '{default}', '{k}', 'notify', 'up', NULL, now() - interval '2 hours', now() - interval '20 minutes'),
+	('h4/400/dd', 'h4', 400, '{default}', '{k}', 'poll', 'none', NULL, now(), now())`
+
+// Live workers are listed, gone ones counted; a wake source that is down and
+// notify-mode workers while the trigger is off are warned about.
+func TestCollectWorkers(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	exec(t, db, workers)
+	ctx := context.Background()
+
+	s, err := stats.Collect(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.GoneWorkers, "h3 was last seen 20 minutes ago")
+	require.Len(t, s.Workers, 3)
+	ids := []string{s.Workers[0].ID, s.Workers[1].ID, s.Workers[2].ID}
+	require.Equal(t, []string{"h1/100/aa", "h2/200/bb", "h4/400/dd"}, ids)
+	w := s.Workers[1]
+	require.Equal(t, "h2", w.Host)
+	require.Equal(t, 200, w.PID)
+	require.Equal(t, []string{"orders", "mail"}, w.Queues)
+	require.Equal(t, []string{"invoice"}, w.Kinds)
+	require.Equal(t, "wal", w.Mode)
+	require.Equal(t, "down", w.WakeSource)
+	require.Equal(t, "create replication slot: timeout after 10s", w.WakeError)
+	require.InDelta(t, 60, w.LastSeenSeconds, 5)
+	require.Equal(t, "", s.Workers[0].WakeError)
+	require.True(t, s.NotifyTrigger)
+	require.Equal(t, []string{
+		"worker h2/200/bb (h2, pid 200): its wal wake source is down (create replication slot: timeout after 10s); it finds new jobs only by polling",
+	}, s.Warnings)
+
+	exec(t, db, "ALTER TABLE fila_jobs DISABLE TRIGGER fila_jobs_notify")
+	s, err = stats.Collect(ctx, db.Pool)
+	require.NoError(t, err)
+	require.False(t, s.NotifyTrigger)
+	require.Len(t, s.Warnings, 2)
+	require.Equal(t, "the notify trigger is off while 1 live worker(s) run in notify mode (h1/100/aa): they find new jobs only by their safety poll; run `fila trigger on`, or restart them with --mode wal", s.Warnings[1])
 }
