@@ -217,156 +217,143 @@ func CollectWindow(ctx context.Context, db DB, w Window) (*Snapshot, error) {
 	return s, nil
 }
 
+// read queues every statement in one batch, so that the snapshot costs one
+// round trip however many statements it has: on a busy machine each round
+// trip waits for the server's process to be scheduled.
 func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
-	if _, err := tx.Exec(ctx, serialSQL); err != nil {
-		return err
-	}
-	if err := tx.QueryRow(ctx, clockSQL).Scan(&s.At, &s.NotificationQueueUsage); err != nil {
-		return err
-	}
-	if err := s.readQueues(ctx, tx); err != nil {
-		return err
-	}
-	if err := s.readCompleted(ctx, tx); err != nil {
-		return fmt.Errorf("completed: %w", err)
-	}
-	if err := s.readRecent(ctx, tx, w); err != nil {
-		return fmt.Errorf("recent: %w", err)
-	}
-	if err := s.readDead(ctx, tx); err != nil {
-		return fmt.Errorf("dead: %w", err)
-	}
-	if err := tx.QueryRow(ctx, cancelledSQL).Scan(&s.Cancelled); err != nil {
-		return fmt.Errorf("cancelled: %w", err)
-	}
-	if err := tx.QueryRow(ctx, triggerSQL).Scan(&s.NotifyTrigger); err != nil {
-		return fmt.Errorf("trigger: %w", err)
-	}
-	if err := s.readWorkers(ctx, tx); err != nil {
-		return fmt.Errorf("workers: %w", err)
-	}
-	s.warn()
-	return nil
-}
-
-func (s *Snapshot) readQueues(ctx context.Context, tx pgx.Tx) error {
-	byName := map[string]*Queue{}
+	b := &pgx.Batch{}
+	b.Queue(serialSQL)
+	b.Queue(clockSQL).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&s.At, &s.NotificationQueueUsage)
+	})
+	queues := map[string]*Queue{}
 	queue := func(name string) *Queue {
-		q := byName[name]
+		q := queues[name]
 		if q == nil {
 			q = &Queue{Queue: name}
-			byName[name] = q
+			queues[name] = q
 		}
 		return q
 	}
-	rows, _ := tx.Query(ctx, pendingSQL)
-	var (
-		name   string
-		oldest *float64
-	)
-	var runnable, scheduled int64
-	if _, err := pgx.ForEachRow(rows, []any{&name, &runnable, &scheduled, &oldest}, func() error {
-		q := queue(name)
-		q.Runnable, q.Scheduled = runnable, scheduled
-		if oldest != nil {
-			q.OldestRunnableSeconds = *oldest
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("pending: %w", err)
+	b.Queue(pendingSQL).Query(func(rows pgx.Rows) error {
+		var (
+			name                string
+			runnable, scheduled int64
+			oldest              *float64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&name, &runnable, &scheduled, &oldest}, func() error {
+			q := queue(name)
+			q.Runnable, q.Scheduled = runnable, scheduled
+			if oldest != nil {
+				q.OldestRunnableSeconds = *oldest
+			}
+			return nil
+		})
+		return named("pending", err)
+	})
+	b.Queue(runningSQL).Query(func(rows pgx.Rows) error {
+		var (
+			name             string
+			running, expired int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&name, &running, &expired}, func() error {
+			q := queue(name)
+			q.Running, q.ExpiredLeases = running, expired
+			return nil
+		})
+		return named("running", err)
+	})
+	var counted int64
+	var estimate float64
+	b.Queue(completedSQL, CompletedExactUpTo+1).QueryRow(func(row pgx.Row) error {
+		return named("completed", row.Scan(&counted, &estimate))
+	})
+	s.Recent = Recent{MaxJobs: w.Jobs, MaxAgeSeconds: w.Age.Seconds(), Kinds: []Kind{}}
+	var span float64 // back to the oldest completion in the window, in seconds
+	b.Queue(recentSQL, w.Jobs, w.Age.Seconds()).Query(func(rows pgx.Rows) error {
+		var (
+			k      Kind
+			oldest float64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&k.Kind, &k.Jobs, &k.Timed, &k.P50Ms, &k.P95Ms, &oldest}, func() error {
+			s.Recent.Kinds = append(s.Recent.Kinds, k)
+			s.Recent.Jobs += k.Jobs
+			span = max(span, oldest)
+			return nil
+		})
+		return named("recent", err)
+	})
+	s.Dead = []KindDead{}
+	b.Queue(deadSQL).Query(func(rows pgx.Rows) error {
+		var d KindDead
+		_, err := pgx.ForEachRow(rows, []any{&d.Kind, &d.Dead, &d.LastAt, &d.LastError}, func() error {
+			s.Dead = append(s.Dead, d)
+			return nil
+		})
+		return named("dead", err)
+	})
+	b.Queue(cancelledSQL).QueryRow(func(row pgx.Row) error {
+		return named("cancelled", row.Scan(&s.Cancelled))
+	})
+	b.Queue(triggerSQL).QueryRow(func(row pgx.Row) error {
+		return named("trigger", row.Scan(&s.NotifyTrigger))
+	})
+	s.Workers = []Worker{}
+	b.Queue(workersSQL, WorkerGoneAfter.Seconds()).Query(func(rows pgx.Rows) error {
+		var (
+			wk   Worker
+			gone bool
+		)
+		_, err := pgx.ForEachRow(rows, []any{&wk.ID, &wk.Host, &wk.PID, &wk.Queues, &wk.Kinds, &wk.Mode, &wk.WakeSource,
+			&wk.WakeError, &wk.StartedAt, &wk.LastSeenAt, &wk.LastSeenSeconds, &gone}, func() error {
+			if gone {
+				s.GoneWorkers++
+			} else {
+				s.Workers = append(s.Workers, wk)
+			}
+			return nil
+		})
+		return named("workers", err)
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
 	}
-	var running, expired int64
-	rows, _ = tx.Query(ctx, runningSQL)
-	if _, err := pgx.ForEachRow(rows, []any{&name, &running, &expired}, func() error {
-		q := queue(name)
-		q.Running, q.ExpiredLeases = running, expired
-		return nil
-	}); err != nil {
-		return fmt.Errorf("running: %w", err)
-	}
-	s.Queues = make([]Queue, 0, len(byName))
-	for _, q := range byName {
+
+	s.Queues = make([]Queue, 0, len(queues))
+	for _, q := range queues {
 		s.Queues = append(s.Queues, *q)
 	}
 	sort.Slice(s.Queues, func(i, j int) bool { return s.Queues[i].Queue < s.Queues[j].Queue })
-	return nil
-}
 
-func (s *Snapshot) readCompleted(ctx context.Context, tx pgx.Tx) error {
-	var counted int64
-	var estimate float64
-	if err := tx.QueryRow(ctx, completedSQL, CompletedExactUpTo+1).Scan(&counted, &estimate); err != nil {
-		return err
-	}
 	s.Completed = Completed{Jobs: counted}
 	if counted > CompletedExactUpTo {
 		// An index never measured, or measured when it was smaller than what
 		// was just counted, still holds at least that many.
 		s.Completed = Completed{Jobs: max(counted, int64(math.Round(estimate))), Estimate: true}
 	}
+
+	r := &s.Recent
+	r.LimitedByJobs = r.Jobs >= int64(w.Jobs)
+	r.SpanSeconds = w.Age.Seconds()
+	if r.LimitedByJobs {
+		r.SpanSeconds = span
+	}
+	if r.SpanSeconds > 0 {
+		r.PerSecond = float64(r.Jobs) / r.SpanSeconds
+		for i := range r.Kinds {
+			r.Kinds[i].PerSecond = float64(r.Kinds[i].Jobs) / r.SpanSeconds
+		}
+	}
+	s.warn()
 	return nil
 }
 
-func (s *Snapshot) readRecent(ctx context.Context, tx pgx.Tx, w Window) error {
-	s.Recent = Recent{MaxJobs: w.Jobs, MaxAgeSeconds: w.Age.Seconds(), Kinds: []Kind{}}
-	rows, _ := tx.Query(ctx, recentSQL, w.Jobs, w.Age.Seconds())
-	var (
-		k      Kind
-		oldest float64 // seconds since the kind's oldest completion in the window
-		span   float64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&k.Kind, &k.Jobs, &k.Timed, &k.P50Ms, &k.P95Ms, &oldest}, func() error {
-		s.Recent.Kinds = append(s.Recent.Kinds, k)
-		s.Recent.Jobs += k.Jobs
-		span = max(span, oldest)
-		return nil
-	}); err != nil {
-		return err
-	}
-	s.Recent.LimitedByJobs = s.Recent.Jobs >= int64(w.Jobs)
-	s.Recent.SpanSeconds = w.Age.Seconds()
-	if s.Recent.LimitedByJobs {
-		s.Recent.SpanSeconds = span
-	}
-	if s.Recent.SpanSeconds > 0 {
-		s.Recent.PerSecond = float64(s.Recent.Jobs) / s.Recent.SpanSeconds
-		for i := range s.Recent.Kinds {
-			s.Recent.Kinds[i].PerSecond = float64(s.Recent.Kinds[i].Jobs) / s.Recent.SpanSeconds
-		}
+// named says which statement an error came from.
+func named(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
-}
-
-func (s *Snapshot) readDead(ctx context.Context, tx pgx.Tx) error {
-	s.Dead = []KindDead{}
-	rows, _ := tx.Query(ctx, deadSQL)
-	var d KindDead
-	_, err := pgx.ForEachRow(rows, []any{&d.Kind, &d.Dead, &d.LastAt, &d.LastError}, func() error {
-		s.Dead = append(s.Dead, d)
-		return nil
-	})
-	return err
-}
-
-func (s *Snapshot) readWorkers(ctx context.Context, tx pgx.Tx) error {
-	s.Workers = []Worker{}
-	rows, _ := tx.Query(ctx, workersSQL, WorkerGoneAfter.Seconds())
-	var (
-		wk   Worker
-		pid  int32
-		gone bool
-	)
-	_, err := pgx.ForEachRow(rows, []any{&wk.ID, &wk.Host, &pid, &wk.Queues, &wk.Kinds, &wk.Mode, &wk.WakeSource,
-		&wk.WakeError, &wk.StartedAt, &wk.LastSeenAt, &wk.LastSeenSeconds, &gone}, func() error {
-		if gone {
-			s.GoneWorkers++
-			return nil
-		}
-		wk.PID = int(pid)
-		s.Workers = append(s.Workers, wk)
-		return nil
-	})
-	return err
 }
 
 // warn lists what slows pickup without failing anything.
