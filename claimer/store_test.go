@@ -357,3 +357,38 @@ func TestDeleteFinished(t *testing.T) {
 	_, err := s.DeleteFinished(ctx, "running", time.Hour, 10)
 	require.ErrorContains(t, err, "not a finished state")
 }
+
+// Two attempts of one job with the same count (an interrupted attempt was
+// given back, or an operator retried the job) are told apart by their start:
+// only the current one is kept or written.
+func TestSameCountAttemptsToldApart(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	res, err := s.Claim(ctx, "default", kinds, 1, time.Minute)
+	require.NoError(t, err)
+	old := res.Jobs[0].Attempt
+	n, err := s.Release(ctx, []claimer.Attempt{old}, "test")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	res, err = s.Claim(ctx, "default", kinds, 1, time.Minute)
+	require.NoError(t, err)
+	cur := res.Jobs[0].Attempt
+	require.Equal(t, old.Attempt, cur.Attempt)
+	require.NotEqual(t, old.StartedAt, cur.StartedAt)
+
+	got, err := s.Heartbeat(ctx, []claimer.Attempt{old, cur}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, claimer.Lost, got[old.Key()])
+	require.Equal(t, claimer.Kept, got[cur.Key()])
+
+	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: old, OK: true}, {Attempt: cur, Err: "x", Delay: time.Second}})
+	require.NoError(t, err)
+	byKey := map[claimer.AttemptKey]string{}
+	for _, f := range fin {
+		byKey[f.Key] = f.State
+	}
+	require.Equal(t, claimer.StateFenced, byKey[old.Key()])
+	require.Equal(t, "pending", byKey[cur.Key()])
+}

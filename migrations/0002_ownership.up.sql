@@ -267,14 +267,14 @@ BEGIN
         FROM d
         WHERE j.id = d.id AND j.id IN (SELECT l.id FROM locked l)
           AND j.attempts = d.attempt AND j.started_at = d.started AND j.state = 'running'
-        RETURNING j.id, j.attempts, j.state,
+        RETURNING j.id, j.attempts, j.started_at, j.state,
                   CASE WHEN j.state = 'pending' THEN (extract(epoch FROM j.run_at - now()) * 1000)::float8 END AS due_ms
     )
     SELECT d.id, d.attempt, d.started,
            coalesce(u.state, CASE WHEN l.id IS NULL THEN 'skipped' ELSE 'fenced' END),
            coalesce(u.due_ms, 0)::float8
     FROM d
-    LEFT JOIN updated u ON u.id = d.id AND u.attempts = d.attempt
+    LEFT JOIN updated u ON u.id = d.id AND u.attempts = d.attempt AND u.started_at = d.started
     LEFT JOIN locked l ON l.id = d.id;
 END
 $$;
@@ -303,7 +303,7 @@ BEGIN
         FROM d
         WHERE j.id = d.id AND j.id IN (SELECT l.id FROM locked l)
           AND j.attempts = d.attempt AND j.started_at = d.started AND j.state = 'running'
-        RETURNING j.id, j.attempts
+        RETURNING j.id, j.attempts, j.started_at
     )
     SELECT d.id, d.attempt, d.started,
            CASE
@@ -314,7 +314,7 @@ BEGIN
                ELSE 'lost'
            END
     FROM d
-    LEFT JOIN updated u ON u.id = d.id AND u.attempts = d.attempt
+    LEFT JOIN updated u ON u.id = d.id AND u.attempts = d.attempt AND u.started_at = d.started
     LEFT JOIN locked l ON l.id = d.id;
 END
 $$;

@@ -277,8 +277,12 @@ func (r *Runtime) markReady(ctx context.Context, firstClaims <-chan struct{}) {
 
 // watchHealth passes the wake source's health to every producer's poller
 // (fast polls while it is down) and to the worker's row in fila_workers.
+// While the source is down it looks again every second, so the row says
+// why it is down once the first attempt to connect has failed.
 func (r *Runtime) watchHealth(ctx context.Context) {
 	last := ""
+	recheck := time.NewTicker(time.Second)
+	defer recheck.Stop()
 	for {
 		healthy := r.source.Healthy()
 		for _, p := range r.producers {
@@ -288,10 +292,15 @@ func (r *Runtime) watchHealth(ctx context.Context) {
 			last = st.key()
 			r.registry.update(ctx, st)
 		}
+		var down <-chan time.Time
+		if !healthy {
+			down = recheck.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.source.HealthChanges():
+		case <-down:
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -35,9 +36,9 @@ wait $!`
 const stderrTail = 2048
 
 // execHandler runs command with sh -c for each job: the payload on stdin,
-// the job in FILA_JOB_* variables. Exit 0 completes the job, ExitPermanent
+// the job in FILA_JOB_* variables, its stdout to stdout (the worker's own). Exit 0 completes the job, ExitPermanent
 // kills it, any other exit is a failed attempt.
-func execHandler(command string) runtime.Handler {
+func execHandler(command string, stdout io.Writer) runtime.Handler {
 	return func(ctx context.Context, job *runtime.Job) error {
 		cmd := exec.CommandContext(ctx, "sh", "-c", execWrapper)
 		cmd.Stdin = bytes.NewReader(job.Payload)
@@ -51,7 +52,7 @@ func execHandler(command string) runtime.Handler {
 			"FILA_IDEMPOTENCY_KEY="+job.IdempotencyKey(),
 		)
 		tail := &tailBuffer{max: stderrTail}
-		cmd.Stdout = os.Stdout
+		cmd.Stdout = stdout
 		cmd.Stderr = tail
 		// Its own process group, so cancellation reaches whatever it started;
 		// and if this worker dies (even by SIGKILL), the wrapper is sent

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/fila-run/fila/internal/pgconfig"
+	"github.com/fila-run/fila/migrations"
 )
 
 // globals are the flags every command accepts.
@@ -22,6 +24,14 @@ type globals struct {
 	logLevel  string
 	logFormat string
 
+	// name is the command being run ("enqueue", "jobs retry"), for messages.
+	name string
+
+	// laterSignals receives the SIGINTs and SIGTERMs after the first one,
+	// which cancelled the command's context.
+	laterSignals <-chan os.Signal
+
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	logger         *zap.Logger
 }
@@ -33,7 +43,20 @@ func (g *globals) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&g.dsn, "dsn", g.dsn, "main database DSN; may point at PgBouncer in transaction mode (default: $FILA_DSN, $DATABASE_URL, then the PG* environment / localhost)")
 	fs.StringVar(&g.listenDSN, "listen-dsn", g.listenDSN, "direct PostgreSQL DSN for the listener; never a transaction-mode pooler (default: $FILA_LISTEN_DSN, then --dsn)")
 	fs.StringVar(&g.logLevel, "log-level", or(g.logLevel, "info"), "log level: debug, info, warn, error")
-	fs.StringVar(&g.logFormat, "log-format", or(g.logFormat, "auto"), "log format: console, json, or auto (console on a terminal)")
+	fs.StringVar(&g.logFormat, "log-format", or(g.logFormat, "auto"), "log format: console, json, or auto (console on a terminal, else json); logs go to stderr, coloured only on a terminal")
+}
+
+// checkLogFlags refuses a log level or format that does not exist, rather
+// than logging in some other way than asked.
+func (g *globals) checkLogFlags() error {
+	if _, err := zapcore.ParseLevel(g.logLevel); err != nil {
+		return fmt.Errorf("--log-level %q is unknown: use debug, info, warn or error", g.logLevel)
+	}
+	switch g.logFormat {
+	case "auto", "console", "json":
+		return nil
+	}
+	return fmt.Errorf("--log-format %q is unknown: use auto, console or json", g.logFormat)
 }
 
 func or(v, def string) string {
@@ -64,36 +87,42 @@ func (g *globals) listenerDSN() string {
 	return g.mainDSN()
 }
 
-// log returns the command's logger, built on first use.
+// log returns the command's logger, built on first use. Logs go to stderr;
+// level names are coloured only when stderr is a terminal, so a pipe or a
+// file never receives escape codes.
 func (g *globals) log() *zap.Logger {
 	if g.logger != nil {
 		return g.logger
 	}
 	level, err := zapcore.ParseLevel(g.logLevel)
 	if err != nil {
-		fmt.Fprintf(g.stderr, "fila: --log-level %q is not a level; using info\n", g.logLevel)
-		level = zapcore.InfoLevel
+		level = zapcore.InfoLevel // checkLogFlags refused it already
 	}
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	tty := isTerminal(g.stderr)
 	var enc zapcore.Encoder
-	format := g.logFormat
-	if format == "auto" {
-		format = "json"
-		if f, ok := g.stderr.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				format = "console"
-			}
+	if g.logFormat == "console" || (g.logFormat == "auto" && tty) {
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		if tty {
+			encCfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
 		}
-	}
-	if format == "console" {
-		encCfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
 		enc = zapcore.NewConsoleEncoder(encCfg)
 	} else {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
 	g.logger = zap.New(zapcore.NewCore(enc, zapcore.AddSync(g.stderr), level))
 	return g.logger
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func (g *globals) sync() {
@@ -118,6 +147,33 @@ func (g *globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach the database at %s: %w", describe(cfg), err)
+	}
+	return pool, nil
+}
+
+// migratedPool is pool for the commands that read or write the jobs table:
+// on a database Fila's tables are missing from (or older than this build
+// expects), it says to run `fila migrate` instead of failing on a missing
+// relation.
+func (g *globals) migratedPool(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := migrations.Version(ctx, pool)
+	want := migrations.Latest()
+	switch {
+	case err != nil:
+	case v == 0:
+		err = errors.New("the database has no Fila tables: run `fila migrate` first")
+	case v < want:
+		err = fmt.Errorf("the database is at migration version %d, this fila needs %d: run `fila migrate` first", v, want)
+	case v > want:
+		err = fmt.Errorf("the database is at migration version %d, newer than this fila's %d: upgrade fila", v, want)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
 	}
 	return pool, nil
 }

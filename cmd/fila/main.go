@@ -1,6 +1,6 @@
-// Command fila migrates the database, enqueues jobs, runs workers (for Go
-// handlers' demos or for programs in any language through --exec), reports
-// queue statistics and runs the benchmark suite.
+// Command fila migrates the database, enqueues and manages jobs, runs workers
+// (for Go handlers' demos or for programs in any language through --exec),
+// reports queue statistics and runs the benchmark suite.
 package main
 
 import (
@@ -24,20 +24,32 @@ type command struct {
 
 var commands = map[string]command{}
 
+// argsUsage holds the positional arguments a command's usage line shows
+// after its name ("trigger" → "[on|off]", "jobs show" → "ID").
+var argsUsage = map[string]string{}
+
 // register adds a subcommand; each lives in its own file.
 func register(name, summary string, run func(ctx context.Context, g *globals, args []string) error) {
 	commands[name] = command{summary: summary, run: run}
 }
 
+// describeArgs sets the positional arguments shown in a command's usage line.
+func describeArgs(name, args string) { argsUsage[name] = args }
+
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runIO(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // exitUsage is the exit code of a command line that cannot be understood.
 const exitUsage = 2
 
 func run(args []string, stdout, stderr io.Writer) int {
-	g := &globals{stdout: stdout, stderr: stderr}
+	return runIO(args, os.Stdin, stdout, stderr)
+}
+
+// runIO runs one command line; stdin is read only by `enqueue --payload -`.
+func runIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("fila", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	g.addFlags(fs)
@@ -55,11 +67,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[rest[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "fila: unknown command %q (run fila -h for the list)\n", rest[0])
+		fmt.Fprintf(stderr, "fila: unknown command %q (run fila help for the list)\n", rest[0])
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := g.watchSignals()
 	defer stop()
+	g.name = rest[0]
 	err := cmd.run(ctx, g, rest[1:])
 	g.sync()
 	switch {
@@ -70,19 +83,69 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "fila %s: %s\n", rest[0], oneLineError(err))
+		fmt.Fprintf(stderr, "fila %s: %s\n", g.name, oneLineError(err))
 		return 1
 	}
 }
 
-// oneLineError folds a multi-line error (pgx lists every address it tried
-// on lines of their own) into the one line a command prints.
-func oneLineError(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+// watchSignals returns a context that the first SIGINT or SIGTERM cancels;
+// the signals after it go to g.laterSignals, for a command (work) to which a
+// second signal means more than the first.
+func (g *globals) watchSignals() (context.Context, func()) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	later := make(chan os.Signal, 1)
+	g.laterSignals = later
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		for {
+			select {
+			case s := <-sigs:
+				select {
+				case later <- s:
+				default: // one unread is enough
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
 }
 
-// errUsage means the flag package already printed what was wrong.
+// oneLineError folds a multi-line error (pgx lists every address it tried
+// on lines of their own) into the one line a command prints, without the
+// "fila: " or "fila config: " the packages put before their errors: the
+// line already starts with "fila <command>: ".
+func oneLineError(err error) string {
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	for _, p := range []string{"fila config: ", "fila: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
+}
+
+// errUsage means the command already printed what was wrong with its
+// command line.
 var errUsage = errors.New("usage")
+
+// usageError prints one line naming what is wrong with the command line,
+// with where to find the flags, and returns errUsage.
+func (g *globals) usageError(format string, args ...any) error {
+	fmt.Fprintf(g.stderr, "fila %s: %s (run fila help %s)\n", g.name, fmt.Sprintf(format, args...), g.name)
+	return errUsage
+}
 
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: fila [--dsn DSN] [--listen-dsn DSN] <command> [flags]")
@@ -95,29 +158,66 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nglobal flags:")
+	fmt.Fprintln(w, "\nglobal flags (accepted before or after the command):")
 	fs.PrintDefaults()
-	fmt.Fprintln(w, "\nRun fila <command> -h for a command's flags.")
+	fmt.Fprintln(w, "\nRun fila help <command> for a command's flags.")
 }
 
-// parse parses a subcommand's flags, which also accept the global ones. A
-// mistake is one line naming it; -h prints every flag.
+// parse parses a command's flags, which also accept the global ones, and
+// refuses positional arguments.
 func (g *globals) parse(fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(io.Discard)
-	g.addFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(g.stderr)
-			fmt.Fprintf(g.stderr, "usage: fila %s [flags]\n", fs.Name())
-			fs.PrintDefaults()
-			return err
-		}
-		fmt.Fprintf(g.stderr, "fila %s: %v (run fila %s -h for its flags)\n", fs.Name(), err, fs.Name())
-		return errUsage
+	rest, err := g.parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(g.stderr, "fila %s: unexpected argument %q (run fila %s -h for its flags)\n", fs.Name(), fs.Arg(0), fs.Name())
-		return errUsage
+	if len(rest) > 0 {
+		return g.usageError("unexpected argument %q", rest[0])
 	}
 	return nil
+}
+
+// parseArgs parses a command's flags, which may come before, between or
+// after its positional arguments, and returns the positional ones. A
+// mistake is one line naming it; -h prints the usage line and every flag.
+// A lone "--" ends the flags.
+func (g *globals) parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	g.addFlags(fs)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				g.printUsage(fs)
+				return nil, err
+			}
+			return nil, g.usageError("%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		// flag stops at the first positional argument, or just after a
+		// "--", after which everything is positional.
+		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	if err := g.checkLogFlags(); err != nil {
+		return nil, g.usageError("%v", err)
+	}
+	return positional, nil
+}
+
+// printUsage writes a command's usage line and flags to stderr.
+func (g *globals) printUsage(fs *flag.FlagSet) {
+	fs.SetOutput(g.stderr)
+	line := "fila " + fs.Name()
+	if a := argsUsage[fs.Name()]; a != "" {
+		line += " " + a
+	}
+	fmt.Fprintf(g.stderr, "usage: %s [flags]\n", line)
+	fs.PrintDefaults()
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,8 +41,15 @@ func TestMain(m *testing.M) {
 // fila runs the binary to completion.
 func fila(t *testing.T, db *testdb.DB, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return filaStdin(t, db, "", args...)
+}
+
+// filaStdin runs the binary to completion with stdin as its standard input.
+func filaStdin(t *testing.T, db *testdb.DB, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := filaCmd(db, args...)
 	var o, e bytes.Buffer
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
 	code = 0
@@ -81,9 +89,23 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // the end of the test. Its output goes to the test log on failure.
 func startWorker(t *testing.T, db *testdb.DB, args ...string) *exec.Cmd {
 	t.Helper()
+	w := startWorkerOutput(t, db, args...)
+	return w.cmd
+}
+
+// worker is a running `fila work` whose output the test reads.
+type worker struct {
+	cmd            *exec.Cmd
+	stdout, stderr *lockedBuffer
+}
+
+// startWorkerOutput is startWorker keeping the worker's stdout and stderr
+// apart, for the test to read while it runs.
+func startWorkerOutput(t *testing.T, db *testdb.DB, args ...string) *worker {
+	t.Helper()
 	cmd := filaCmd(db, append([]string{"work", "--log-format", "json"}, args...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	w := &worker{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}}
+	cmd.Stdout, cmd.Stderr = w.stdout, w.stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
@@ -91,10 +113,28 @@ func startWorker(t *testing.T, db *testdb.DB, args ...string) *exec.Cmd {
 			_ = cmd.Wait()
 		}
 		if t.Failed() {
-			t.Logf("worker %d output:\n%s", cmd.Process.Pid, out.String())
+			t.Logf("worker %d stdout:\n%s\nstderr:\n%s", cmd.Process.Pid, w.stdout.String(), w.stderr.String())
 		}
 	})
-	return cmd
+	return w
+}
+
+// lockedBuffer is a bytes.Buffer a test may read while a process writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestMigrateTwiceAtOnce(t *testing.T) {
@@ -129,7 +169,7 @@ func TestBadInputGetsOneLineErrors(t *testing.T) {
 		{[]string{"--dsn", "postgres://postgres@127.0.0.1:1/nowhere", "stats"}, "cannot reach the database"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"work", "--exec", "noequals"}, "want KIND=COMMAND"},
-		{[]string{"work", "--mode", "smoke"}, `Mode "smoke" is unknown`},
+		{[]string{"work", "--mode", "smoke"}, `--mode "smoke" is unknown`},
 	}
 	for _, c := range cases {
 		out, errOut, code := fila(t, db, c.args...)
@@ -337,7 +377,8 @@ func TestSIGTERMFinishesRunningJobThenSecondSignalCancels(t *testing.T) {
 	t.Parallel()
 	db := migrated(t)
 	ctx := context.Background()
-	w := startWorker(t, db, "--shutdown-timeout", "1m")
+	wk := startWorkerOutput(t, db, "--shutdown-timeout", "1m")
+	w := wk.cmd
 	waitFor(t, 60*time.Second, "worker registered", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_kinds WHERE kind = 'sleep'").Scan(&n)
@@ -364,4 +405,7 @@ func TestSIGTERMFinishesRunningJobThenSecondSignalCancels(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT state, lease_until FROM fila_jobs WHERE id = $1::bigint", long).Scan(&s, &lease))
 	require.Equal(t, "pending", s, "the cancelled job went back to the queue at once")
 	require.Nil(t, lease)
+	logs := wk.stderr.String()
+	require.Contains(t, logs, "second signal: cancelling running jobs")
+	require.NotContains(t, logs, "deadline", "a second signal is not a deadline passing")
 }

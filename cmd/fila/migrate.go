@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -28,11 +30,21 @@ func runMigrate(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Say what happened: a second run changes nothing, and says so.
 	if len(applied) == 0 {
 		g.log().Info("database already at the latest migration", zap.Int("version", migrations.Latest()))
-	} else {
-		g.log().Info("migrations applied", zap.Ints("versions", applied))
+		fmt.Fprintf(g.stdout, "already at version %d; nothing to do\n", migrations.Latest())
+		return nil
 	}
-	fmt.Fprintf(g.stdout, "migrated to version %d\n", migrations.Latest())
+	g.log().Info("migrations applied", zap.Ints("versions", applied))
+	versions := make([]string, len(applied))
+	for i, v := range applied {
+		versions[i] = strconv.Itoa(v)
+	}
+	noun := "migration"
+	if len(applied) > 1 {
+		noun = "migrations"
+	}
+	fmt.Fprintf(g.stdout, "applied %s %s; now at version %d\n", noun, strings.Join(versions, ", "), migrations.Latest())
 	return nil
 }

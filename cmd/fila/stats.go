@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -62,8 +61,7 @@ func runStats(ctx context.Context, g *globals, args []string) error {
 		badFlag = "the --max-* thresholds apply only with --check"
 	}
 	if badFlag != "" {
-		fmt.Fprintf(g.stderr, "fila stats: %s (run fila stats -h for its flags)\n", badFlag)
-		return errUsage
+		return g.usageError("%s", badFlag)
 	}
 
 	pool, err := g.pool(ctx)
@@ -112,12 +110,6 @@ func runStats(ctx context.Context, g *globals, args []string) error {
 type checkResult struct {
 	Breaches []string `json:"breaches"`
 	Summary  string   `json:"summary"`
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func printStats(w io.Writer, s *stats.Snapshot) {

@@ -10,18 +10,25 @@ import (
 
 func init() {
 	register("trigger", "show or switch the insert trigger's NOTIFY: trigger [on|off] (off once every worker runs --mode wal)", runTrigger)
+	describeArgs("trigger", "[on|off]")
 }
 
 func runTrigger(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("trigger", flag.ContinueOnError)
-	var want string
-	if len(args) > 0 && (args[0] == "on" || args[0] == "off") {
-		want, args = args[0], args[1:]
-	}
-	if err := g.parse(fs, args); err != nil {
+	pos, err := g.parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx)
+	var want string
+	switch {
+	case len(pos) > 1:
+		return g.usageError("unexpected argument %q", pos[1])
+	case len(pos) == 1 && pos[0] != "on" && pos[0] != "off":
+		return g.usageError("%q is neither on nor off", pos[0])
+	case len(pos) == 1:
+		want = pos[0]
+	}
+	pool, err := g.migratedPool(ctx)
 	if err != nil {
 		return err
 	}
