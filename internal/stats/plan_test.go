@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -73,7 +74,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"running", runningSQL, nil},
 		{"cancelled", cancelledSQL, nil},
 		{"dead", deadSQL, nil},
-		{"completed", completedSQL, []any{CompletedExactUpTo + 1}},
+		{"completed, counted", completedSQL, []any{CompletedExactUpTo + 1, math.Inf(1)}},
+		{"completed, estimated", completedSQL, []any{CompletedExactUpTo + 1, 0}},
 		{"recent", recentSQL, []any{w.Jobs, w.Age.Seconds()}},
 		{"trigger", triggerSQL, nil},
 	} {

@@ -43,31 +43,36 @@ LEFT JOIN LATERAL (
       ORDER BY j.finished_at DESC LIMIT 1) l ON true
 ORDER BY d.jobs DESC, d.kind`
 
-	// Completed jobs: counted exactly up to $1 along fila_jobs_finished_idx;
-	// past that, the index's row count from the last VACUUM or ANALYZE,
-	// scaled by how much the index has grown since, as the planner scales a
-	// table's. -1 when the index was never measured.
-	completedSQL = `SELECT
-	(SELECT count(*) FROM (SELECT 1 FROM fila_jobs WHERE state = 'completed' ORDER BY finished_at LIMIT $1::int) c),
-	coalesce((SELECT CASE
+	// Completed jobs: the finished index's row count from the last VACUUM or
+	// ANALYZE, scaled by how much the index has grown since, as the planner
+	// scales a table's (-1 when the index was never measured); and, unless
+	// that estimate is above $2, an exact count up to $1 rows, from the
+	// newest end of the index: retention deletes from the oldest end, whose
+	// entries stay until the next vacuum.
+	completedSQL = `WITH estimate AS (
+	SELECT coalesce((SELECT CASE
 		WHEN i.reltuples < 0 THEN -1
 		WHEN i.relpages = 0 THEN i.reltuples
 		ELSE i.reltuples / i.relpages * (pg_relation_size(i.oid) / current_setting('block_size')::float8)
 		END::float8
-	FROM pg_class i WHERE i.oid = to_regclass('fila_jobs_finished_idx')), -1)`
+	FROM pg_class i WHERE i.oid = to_regclass('fila_jobs_finished_idx')), -1) AS n)
+SELECT CASE WHEN n > $2::float8 THEN NULL ELSE
+	(SELECT count(*) FROM (SELECT 1 FROM fila_jobs WHERE state = 'completed' ORDER BY finished_at DESC LIMIT $1::int) c)
+	END, n
+FROM estimate`
 
 	// The most recent completions, newest first along
 	// fila_jobs_finished_idx: at most $1 jobs, finished in the last $2
 	// seconds. Rows written without started_at count as jobs but have no run
-	// time; percentile_cont skips their NULLs.
+	// time; percentile_cont skips their NULLs, and sorts each kind's run
+	// times once for both percentiles.
 	recentSQL = `WITH recent AS (
 	SELECT kind, extract(epoch FROM finished_at - started_at) * 1000 AS ms, finished_at
 	FROM fila_jobs
 	WHERE state = 'completed' AND finished_at > now() - make_interval(secs => $2::float8)
 	ORDER BY finished_at DESC LIMIT $1::int)
 SELECT kind, count(*), count(ms),
-	(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms))::float8,
-	(percentile_cont(0.95) WITHIN GROUP (ORDER BY ms))::float8,
+	percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY ms::float8),
 	extract(epoch FROM now() - min(finished_at))::float8
 FROM recent GROUP BY kind ORDER BY count(*) DESC, kind`
 

@@ -263,19 +263,24 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 		})
 		return named("running", err)
 	})
-	var counted int64
+	var counted *int64 // nil when the estimate is far above CompletedExactUpTo
 	var estimate float64
-	b.Queue(completedSQL, CompletedExactUpTo+1).QueryRow(func(row pgx.Row) error {
+	b.Queue(completedSQL, CompletedExactUpTo+1, 4*CompletedExactUpTo).QueryRow(func(row pgx.Row) error {
 		return named("completed", row.Scan(&counted, &estimate))
 	})
 	s.Recent = Recent{MaxJobs: w.Jobs, MaxAgeSeconds: w.Age.Seconds(), Kinds: []Kind{}}
 	var span float64 // back to the oldest completion in the window, in seconds
 	b.Queue(recentSQL, w.Jobs, w.Age.Seconds()).Query(func(rows pgx.Rows) error {
 		var (
-			k      Kind
-			oldest float64
+			k           Kind
+			percentiles []*float64 // p50, p95; nil when no job of the kind is timed
+			oldest      float64
 		)
-		_, err := pgx.ForEachRow(rows, []any{&k.Kind, &k.Jobs, &k.Timed, &k.P50Ms, &k.P95Ms, &oldest}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&k.Kind, &k.Jobs, &k.Timed, &percentiles, &oldest}, func() error {
+			k.P50Ms, k.P95Ms = nil, nil
+			if len(percentiles) == 2 {
+				k.P50Ms, k.P95Ms = percentiles[0], percentiles[1]
+			}
 			s.Recent.Kinds = append(s.Recent.Kinds, k)
 			s.Recent.Jobs += k.Jobs
 			span = max(span, oldest)
@@ -325,11 +330,15 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 	}
 	sort.Slice(s.Queues, func(i, j int) bool { return s.Queues[i].Queue < s.Queues[j].Queue })
 
-	s.Completed = Completed{Jobs: counted}
-	if counted > CompletedExactUpTo {
+	switch {
+	case counted == nil:
+		s.Completed = Completed{Jobs: int64(math.Round(estimate)), Estimate: true}
+	case *counted > CompletedExactUpTo:
 		// An index never measured, or measured when it was smaller than what
 		// was just counted, still holds at least that many.
-		s.Completed = Completed{Jobs: max(counted, int64(math.Round(estimate))), Estimate: true}
+		s.Completed = Completed{Jobs: max(*counted, int64(math.Round(estimate))), Estimate: true}
+	default:
+		s.Completed = Completed{Jobs: *counted}
 	}
 
 	r := &s.Recent
