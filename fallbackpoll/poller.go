@@ -93,12 +93,24 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Reason says why a Poller woke the worker.
+type Reason string
+
+// Reasons a Poller wakes.
+const (
+	// ReasonPoll is the poll interval: the safety poll, the fast poll while
+	// the wake source is down, or pure-poll mode's interval.
+	ReasonPoll Reason = "poll"
+	// ReasonDue is the timer for the next scheduled job or lease expiry.
+	ReasonDue Reason = "timer"
+)
+
 // Poller sends a wake whenever the worker should claim without having been
 // notified.
 type Poller struct {
 	cfg   Config
 	log   *zap.Logger
-	wakes chan struct{}
+	wakes chan Reason
 	kick  chan struct{}
 
 	mu      sync.Mutex
@@ -122,14 +134,14 @@ func New(cfg Config) (*Poller, error) {
 	idle.RandomizationFactor = 0.1
 	idle.MaxElapsedTime = 0
 	idle.Reset()
-	p := &Poller{cfg: cfg, log: cfg.Logger.Named("fallbackpoll"), wakes: make(chan struct{}, 1),
+	p := &Poller{cfg: cfg, log: cfg.Logger.Named("fallbackpoll"), wakes: make(chan Reason, 1),
 		kick: make(chan struct{}, 1), idle: idle}
 	p.next = p.interval()
 	return p, nil
 }
 
-// Wakes signals (coalesced) that the worker should claim.
-func (p *Poller) Wakes() <-chan struct{} { return p.wakes }
+// Wakes signals (coalesced) that the worker should claim, and why.
+func (p *Poller) Wakes() <-chan Reason { return p.wakes }
 
 // Interval is the poll interval in force now.
 func (p *Poller) Interval() time.Duration {
@@ -164,7 +176,7 @@ func (p *Poller) SetHealthy(healthy bool) {
 	if changed {
 		p.log.Info("wake source health changed", zap.Bool("healthy", healthy))
 		if !healthy {
-			p.signal() // notifications may have been lost already
+			p.signal(ReasonPoll) // notifications may have been lost already
 		}
 		p.poke()
 	}
@@ -222,9 +234,9 @@ func clampDue(d time.Duration) time.Duration {
 	return d
 }
 
-func (p *Poller) signal() {
+func (p *Poller) signal(r Reason) {
 	select {
-	case p.wakes <- struct{}{}:
+	case p.wakes <- r:
 	default:
 	}
 }
@@ -264,7 +276,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			// interval; until then, keep the current one.
 			p.log.Debug("poll")
 			pollTimer.Reset(p.Interval())
-			p.signal()
+			p.signal(ReasonPoll)
 		case <-dueTimer.C:
 			p.log.Debug("due")
 			p.mu.Lock()
@@ -272,7 +284,7 @@ func (p *Poller) Run(ctx context.Context) error {
 				p.due = time.Time{}
 			}
 			p.mu.Unlock()
-			p.signal()
+			p.signal(ReasonDue)
 		}
 	}
 }

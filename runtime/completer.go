@@ -41,6 +41,7 @@ type attempt struct {
 	// finishing is set once the handler returned: the outcome is on its way
 	// to the database, and the handler is not cancelled any more.
 	finishing bool
+	ran       time.Duration // how long the handler ran, once it returned
 }
 
 func newCompleter(rt *Runtime) *completer {
@@ -76,33 +77,37 @@ func (c *completer) finish(job *Job, res result) {
 			zap.NamedError("handler_error", res.err))
 		return
 	}
+	obs := c.rt.cfg.Observer
 	switch res.kind {
 	case resultCompletedInTx:
 		delete(c.owned, key)
 		c.mu.Unlock()
 		c.rt.completed.Add(1)
 		c.rt.completedSinceRetention.Add(1)
+		obs.Finished(job, OutcomeCompleted, res.took)
 		return
 	case resultLeaseLost:
 		delete(c.owned, key)
 		c.mu.Unlock()
 		c.rt.leaseLost.Add(1)
+		obs.Finished(job, OutcomeLeaseLost, res.took)
 		log().Warn("lease lost while the handler ran; its result is discarded", zap.NamedError("handler_error", res.err))
 		return
 	case resultCancelled:
 		delete(c.owned, key)
 		c.mu.Unlock()
 		c.rt.cancelled.Add(1)
+		obs.Finished(job, OutcomeCancelled, res.took)
 		log().Info("job cancelled while it ran; the handler was stopped", zap.NamedError("handler_error", res.err))
 		return
 	case resultInterrupted:
-		at.finishing = true
+		at.finishing, at.ran = true, res.took
 		c.interrupted = append(c.interrupted, at.a)
 		c.mu.Unlock()
 		log().Info("handler stopped by shutdown; the job goes back to the queue", zap.NamedError("handler_error", res.err))
 		return
 	}
-	at.finishing = true
+	at.finishing, at.ran = true, res.took
 	c.inflight.Add(1)
 	c.mu.Unlock()
 	defer c.inflight.Done()
@@ -125,15 +130,18 @@ func (c *completer) finish(job *Job, res result) {
 // written is called by the writer after each batch.
 func (c *completer) written(fin []claimer.Finished) {
 	c.mu.Lock()
-	queues := make([]string, len(fin))
+	ats := make([]*attempt, len(fin))
 	for i, f := range fin {
-		if at := c.owned[f.Key]; at != nil {
-			queues[i] = at.job.Queue
-		}
+		ats[i] = c.owned[f.Key]
 		delete(c.owned, f.Key)
 	}
 	c.mu.Unlock()
+	obs := c.rt.cfg.Observer
 	for i, f := range fin {
+		at := ats[i]
+		if at != nil {
+			obs.Finished(at.job, outcomeOf(f.State), at.ran)
+		}
 		switch f.State {
 		case "completed":
 			c.rt.completed.Add(1)
@@ -141,8 +149,10 @@ func (c *completer) written(fin []claimer.Finished) {
 		case "pending":
 			// This worker learns of its own retry at once; others through
 			// the update trigger's notification.
-			if p := c.rt.producer(queues[i]); p != nil {
-				p.poller.DueWithin(f.DueIn)
+			if at != nil {
+				if p := c.rt.producer(at.job.Queue); p != nil {
+					p.poller.DueWithin(f.DueIn)
+				}
 			}
 		case "dead":
 			c.log.Warn("job is dead", zap.Int64("job_id", f.Key.ID), zap.Int("attempt", f.Key.Attempt))
@@ -151,6 +161,19 @@ func (c *completer) written(fin []claimer.Finished) {
 				zap.Int64("job_id", f.Key.ID), zap.Int("attempt", f.Key.Attempt))
 		}
 	}
+}
+
+// outcomeOf maps the state fila_finish reports to an Outcome.
+func outcomeOf(state string) Outcome {
+	switch state {
+	case "completed":
+		return OutcomeCompleted
+	case "pending":
+		return OutcomeRetried
+	case "dead":
+		return OutcomeDead
+	}
+	return OutcomeFenced
 }
 
 // abandoned lets go of attempts whose outcomes cannot be written: their
@@ -246,6 +269,9 @@ func (c *completer) releaseInterrupted() {
 	}
 	c.mu.Lock()
 	for _, a := range ret {
+		if at := c.owned[a.Key()]; at != nil {
+			c.rt.cfg.Observer.Finished(at.job, OutcomeReleased, at.ran)
+		}
 		delete(c.owned, a.Key())
 	}
 	c.mu.Unlock()

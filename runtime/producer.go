@@ -8,7 +8,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
-	"github.com/fila-run/fila/claimer"
 	"github.com/fila-run/fila/fallbackpoll"
 )
 
@@ -42,9 +41,15 @@ func newProducer(rt *Runtime, queue string) (*producer, error) {
 // run claims until ctx ends. claimedOnce is called after the first claim.
 func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	var wakes <-chan struct{}
+	sourceReason := WakeNotify
 	if p.rt.source != nil {
 		wakes = p.rt.source.WakesFor(p.queue)
+		if p.rt.cfg.Mode == ModeWAL {
+			sourceReason = WakeWAL
+		}
 	}
+	obs := p.rt.cfg.Observer
+	reason := WakePoll // the first claim, at start
 	errBackoff := backoff.NewExponentialBackOff()
 	errBackoff.InitialInterval = 100 * time.Millisecond
 	errBackoff.MaxInterval = 5 * time.Second
@@ -58,6 +63,7 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 		if dirty {
 			running := int(p.running.Load())
 			if free := p.limit - running; free > 0 && (free >= threshold || running == 0) {
+				obs.Woken(p.queue, reason)
 				more, err := p.claim(ctx, free)
 				if first {
 					first = false
@@ -79,6 +85,9 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 					errBackoff.Reset()
 					dirty = more
 				}
+				// Claiming again at once means work was left, which a handler
+				// finishing (or the claim itself) revealed.
+				reason = WakeSlot
 				continue
 			}
 		}
@@ -86,10 +95,14 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 		case <-ctx.Done():
 			return nil
 		case <-wakes:
-			dirty = true
-		case <-p.poller.Wakes():
-			dirty = true
+			dirty, reason = true, sourceReason
+		case why := <-p.poller.Wakes():
+			dirty, reason = true, WakePoll
+			if why == fallbackpoll.ReasonDue {
+				reason = WakeTimer
+			}
 		case <-p.freed:
+			reason = WakeSlot
 		}
 	}
 }
@@ -118,7 +131,7 @@ func (p *producer) claim(ctx context.Context, free int) (more bool, err error) {
 	// dispatched even when stopping; the drain runs them or a hard stop
 	// returns them at once.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-	res, err := rt.store.Claim(cctx, p.queue, rt.kindNames, n, rt.cfg.Lease)
+	res, err := rt.store.Claim(cctx, p.queue, rt.kindNames, rt.limits, n, rt.cfg.Lease)
 	cancel()
 	if err != nil {
 		if rt.total != nil {
@@ -132,7 +145,12 @@ func (p *producer) claim(ctx context.Context, free int) (more bool, err error) {
 	if res.Rescued > 0 {
 		p.log.Warn("rescued jobs whose lease expired", zap.Int("jobs", res.Rescued))
 	}
-	for _, j := range res.Jobs {
+	jobs := make([]*Job, len(res.Jobs))
+	for i, cj := range res.Jobs {
+		jobs[i] = newJob(cj)
+	}
+	rt.cfg.Observer.Claimed(p.queue, jobs, res.Rescued)
+	for _, j := range jobs {
 		p.dispatch(j)
 	}
 	p.poller.Claimed(len(res.Jobs))
@@ -148,14 +166,13 @@ func (p *producer) claim(ctx context.Context, free int) (more bool, err error) {
 
 // dispatch hands one claimed attempt to the completer, which owns it from
 // now on, and runs it.
-func (p *producer) dispatch(cj *claimer.Job) {
+func (p *producer) dispatch(job *Job) {
 	rt := p.rt
 	p.running.Add(1)
 	rt.claimed.Add(1)
 	rt.handlers.Add(1)
-	job := newJob(cj)
 	hctx, cancel := context.WithCancelCause(rt.workCtx)
-	rt.completer.own(cj.Attempt, job, cancel)
+	rt.completer.own(job.attempt(), job, cancel)
 	go func() {
 		defer rt.handlers.Done()
 		defer p.release()

@@ -41,6 +41,9 @@ type Stats struct {
 	Released  uint64 // attempts given back at shutdown
 	Running   int    // handlers running now
 	Healthy   bool   // the wake source is healthy (always false in poll mode)
+	// Reconnects counts the wake source's reconnections after a lost
+	// connection.
+	Reconnects uint64
 }
 
 // Runtime runs handlers for jobs of its queues. Its parts, each in a file of
@@ -54,6 +57,8 @@ type Runtime struct {
 	log       *zap.Logger
 	kinds     map[string]Kind
 	kindNames []string
+	limits    []claimer.KindLimit
+	rollup    *rollup // what this worker did, written to fila_minutes
 
 	pool        *pgxpool.Pool
 	owns        bool // Fila opened pool and must close it
@@ -68,6 +73,7 @@ type Runtime struct {
 	registry  *registry
 
 	started      atomic.Bool
+	opened       atomic.Bool // open succeeded: pools, store and source are set
 	ready        chan struct{}
 	done         chan struct{}
 	claimingDone chan struct{}
@@ -92,10 +98,15 @@ func New(cfg Config) (*Runtime, error) {
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger.Named("runtime"), kinds: map[string]Kind{},
 		ready: make(chan struct{}), done: make(chan struct{}), claimingDone: make(chan struct{}),
+		rollup: newRollup(),
 	}
+	r.cfg.Observer = observers{r.rollup, cfg.Observer}
 	for _, k := range cfg.Kinds {
 		r.kinds[k.Name] = k
 		r.kindNames = append(r.kindNames, k.Name)
+		if k.Limit != nil {
+			r.limits = append(r.limits, claimer.KindLimit{Kind: k.Name, Key: k.Limit.Key, Max: k.Limit.Max})
+		}
 	}
 	slices.Sort(r.kindNames)
 	if cfg.MaxConcurrency > 0 {
@@ -150,8 +161,47 @@ func (r *Runtime) Stats() Stats {
 	r.ctlMu.Unlock()
 	if src != nil {
 		s.Healthy = src.Healthy()
+		s.Reconnects = src.Stats().Reconnects
 	}
 	return s
+}
+
+// Mode is the runtime's mode.
+func (r *Runtime) Mode() Mode { return r.cfg.Mode }
+
+// Queues are the queues the runtime works.
+func (r *Runtime) Queues() []string { return slices.Clone(r.cfg.Queues) }
+
+// ErrNotReady is wrapped by CheckReady's error.
+var ErrNotReady = errors.New("fila: worker not ready")
+
+// CheckReady says whether the runtime works as configured: it is running,
+// the database answers within ctx, and its wake source is up (ModePoll has
+// none). A worker whose wake source is down still claims, by polling, but
+// picks jobs up late: report it not ready, for a readiness probe.
+func (r *Runtime) CheckReady(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return fmt.Errorf("%w: stopped", ErrNotReady)
+	default:
+	}
+	if !r.opened.Load() {
+		return fmt.Errorf("%w: not started", ErrNotReady)
+	}
+	r.ctlMu.Lock()
+	src := r.source
+	r.ctlMu.Unlock()
+	if err := r.control.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: the database does not answer: %w", ErrNotReady, err)
+	}
+	if src != nil && !src.Healthy() {
+		reason := src.Stats().LastError
+		if reason == "" {
+			reason = "not connected yet"
+		}
+		return fmt.Errorf("%w: the %s wake source is down: %s", ErrNotReady, r.cfg.Mode, reason)
+	}
+	return nil
 }
 
 // Pool is Config.Pool, or the pool the runtime opened from DSN (nil before
@@ -184,6 +234,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		close(r.claimingDone)
 		return err
 	}
+	r.opened.Store(true)
 	defer r.closePools()
 
 	// Outcomes, heartbeats and the worker's row outlive claiming and
@@ -224,6 +275,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	go func() { claimedOnce.Wait(); close(firstClaims) }()
 	g.Go(func() error { r.markReady(gctx, firstClaims); return nil })
 	g.Go(func() error { return r.maintenanceLoop(gctx) })
+	g.Go(func() error { return r.schedulerLoop(gctx) })
 	r.log.Info("runtime started", zap.Strings("queues", r.cfg.Queues), zap.String("mode", string(r.cfg.Mode)),
 		zap.Int("concurrency", r.cfg.Concurrency), zap.Int("max_concurrency", r.cfg.MaxConcurrency),
 		zap.Duration("lease", r.cfg.Lease), zap.Strings("kinds", r.kindNames), zap.String("worker_id", r.registry.id))
@@ -249,6 +301,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		r.log.Error("handlers ignored cancellation; their jobs run again once their leases expire",
 			zap.Int64s("job_ids", r.completer.ownedIDs()))
 	}
+	r.flushMinutes(context.Background())
 	r.registry.remove()
 	s := r.Stats()
 	r.log.Info("runtime stopped", zap.Uint64("claimed", s.Claimed), zap.Uint64("completed", s.Completed),
