@@ -6,10 +6,11 @@
 // full PostgreSQL's notification queue is.
 //
 // Every statement reads fila_jobs through a partial index, so its cost
-// follows the backlog, the dead and cancelled rows, or a bounded window of
-// recent completions. Counts are exact except the completed rows, which an
-// exact count would have to scan: past a few thousand they are an estimate
-// from the table's statistics, and say so.
+// follows the backlog (pending and running rows), the dead and cancelled
+// rows, or a bounded window of recent completions, never the history.
+// Counts are exact except the completed rows, which an exact count would
+// have to read one by one: past CompletedExactUpTo they are an estimate from
+// the table's statistics, and say so.
 //
 // `fila stats` prints a Snapshot; metrics and dashboards read the same one.
 package stats
@@ -38,7 +39,8 @@ type DB interface {
 }
 
 // CompletedExactUpTo is how many completed rows are counted one by one;
-// above it the count is an estimate (Completed.Estimate).
+// above it the count is an estimate (Completed.Estimate), and when the
+// estimate is above four times as many, nothing is counted at all.
 const CompletedExactUpTo = 10_000
 
 // WorkerGoneAfter is how long a worker's row may go without an update before
