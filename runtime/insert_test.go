@@ -57,6 +57,10 @@ type notifications struct {
 }
 
 func listen(t *testing.T, db *testdb.DB, channels ...string) *notifications {
+	// No worker runs: this listener says it sleeps on every queue, as a
+	// program that LISTENs by itself does, so producers notify it.
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO fila_sleepers (queue, worker) VALUES ('*', 'insert-test') ON CONFLICT DO NOTHING`)
+	require.NoError(t, err)
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, db.DirectDSN)
