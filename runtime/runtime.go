@@ -58,6 +58,7 @@ type Runtime struct {
 	kinds     map[string]Kind
 	kindNames []string
 	limits    []claimer.KindLimit
+	rollup    *rollup // what this worker did, written to fila_minutes
 
 	pool        *pgxpool.Pool
 	owns        bool // Fila opened pool and must close it
@@ -97,7 +98,9 @@ func New(cfg Config) (*Runtime, error) {
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger.Named("runtime"), kinds: map[string]Kind{},
 		ready: make(chan struct{}), done: make(chan struct{}), claimingDone: make(chan struct{}),
+		rollup: newRollup(),
 	}
+	r.cfg.Observer = observers{r.rollup, cfg.Observer}
 	for _, k := range cfg.Kinds {
 		r.kinds[k.Name] = k
 		r.kindNames = append(r.kindNames, k.Name)
@@ -298,6 +301,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		r.log.Error("handlers ignored cancellation; their jobs run again once their leases expire",
 			zap.Int64s("job_ids", r.completer.ownedIDs()))
 	}
+	r.flushMinutes(context.Background())
 	r.registry.remove()
 	s := r.Stats()
 	r.log.Info("runtime stopped", zap.Uint64("claimed", s.Claimed), zap.Uint64("completed", s.Completed),
