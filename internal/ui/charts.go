@@ -16,12 +16,8 @@ import (
 type charts struct {
 	Throughput template.HTML
 	Pickup     template.HTML
-	Source     string
-	// SampledSince is the start of the figures when the hour held more
-	// completions than the charts read.
-	SampledSince *time.Time
-	Completed    int64
-	Failed       int64
+	// Totals of the hour.
+	Completed, Failed, Pickups int64
 }
 
 const (
@@ -32,10 +28,11 @@ const (
 )
 
 func drawCharts(h hourOfMinutes, now time.Time) charts {
-	c := charts{Source: h.Source, SampledSince: h.SampledSince}
+	var c charts
 	for _, m := range h.Minutes {
 		c.Completed += m.Completed
 		c.Failed += m.Failed
+		c.Pickups += m.Pickups
 	}
 	c.Throughput = throughputChart(h.Minutes, now)
 	c.Pickup = pickupChart(h.Minutes, now)
@@ -82,7 +79,7 @@ func throughputChart(ms []minute, now time.Time) template.HTML {
 	}
 	yMax := niceCeil(peak)
 	var b strings.Builder
-	frame(&b, "jobs completed and failed per minute, last hour", yMax, func(v float64) string { return trimFloat(v) }, len(ms))
+	frame(&b, "attempts completed and failed per minute, last hour", yMax, func(v float64) string { return trimFloat(v) }, len(ms))
 	step := float64(chartPlotW) / float64(len(ms))
 	for i, m := range ms {
 		x := chartLeft + float64(i)*step + 1
@@ -107,8 +104,8 @@ func throughputChart(ms []minute, now time.Time) template.HTML {
 func pickupChart(ms []minute, now time.Time) template.HTML {
 	var peak float64
 	for _, m := range ms {
-		if m.Timed > 0 {
-			peak = max(peak, m.PickupP95, m.PickupP50)
+		if m.Pickups > 0 {
+			peak = max(peak, millis(m.PickupP95), millis(m.PickupP50))
 		}
 	}
 	yMax := niceCeil(peak)
@@ -122,11 +119,11 @@ func pickupChart(ms []minute, now time.Time) template.HTML {
 		class string
 		value func(minute) float64
 	}{
-		{"p95", func(m minute) float64 { return m.PickupP95 }},
-		{"p50", func(m minute) float64 { return m.PickupP50 }},
+		{"p95", func(m minute) float64 { return millis(m.PickupP95) }},
+		{"p50", func(m minute) float64 { return millis(m.PickupP50) }},
 	} {
-		// A minute without timed completions breaks the line: no work is
-		// not zero latency.
+		// A minute without pickups breaks the line: no work is not zero
+		// latency.
 		var seg []string
 		flush := func() {
 			if len(seg) > 1 {
@@ -135,7 +132,7 @@ func pickupChart(ms []minute, now time.Time) template.HTML {
 			seg = seg[:0]
 		}
 		for i, m := range ms {
-			if m.Timed == 0 {
+			if m.Pickups == 0 {
 				flush()
 				continue
 			}
@@ -145,17 +142,19 @@ func pickupChart(ms []minute, now time.Time) template.HTML {
 		flush()
 	}
 	for i, m := range ms {
-		if m.Timed == 0 {
+		if m.Pickups == 0 {
 			continue
 		}
-		x, y := point(i, m.PickupP95)
-		x2, y2 := point(i, m.PickupP50)
-		fmt.Fprintf(&b, `<g><title>%s: p50 %s, p95 %s over %d jobs</title><circle class="p95" cx="%.1f" cy="%.1f" r="2.5"/><circle class="p50" cx="%.1f" cy="%.1f" r="2.5"/></g>`,
-			m.At.In(now.Location()).Format("15:04"), formatMs(m.PickupP50), formatMs(m.PickupP95), m.Timed, x, y, x2, y2)
+		x, y := point(i, millis(m.PickupP95))
+		x2, y2 := point(i, millis(m.PickupP50))
+		fmt.Fprintf(&b, `<g><title>%s: p50 ≤ %s, p95 ≤ %s over %d pickups</title><circle class="p95" cx="%.1f" cy="%.1f" r="2.5"/><circle class="p50" cx="%.1f" cy="%.1f" r="2.5"/></g>`,
+			m.At.In(now.Location()).Format("15:04"), formatMs(millis(m.PickupP50)), formatMs(millis(m.PickupP95)), m.Pickups, x, y, x2, y2)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
 }
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // formatMs prints milliseconds with a unit that keeps them short.
 func formatMs(ms float64) string {

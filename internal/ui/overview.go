@@ -60,8 +60,8 @@ type workerRow struct {
 
 // readOverview reads the overview: queue depths from internal/stats, which
 // reads fila_jobs through its partial indexes; paused queues, workers and
-// recurring tasks from their own small tables; the charts from the
-// per-minute figures.
+// recurring tasks from their own small tables; the charts from
+// fila_minutes.
 func readOverview(ctx context.Context, pool *pgxpool.Pool) (*overview, error) {
 	s, err := stats.Collect(ctx, pool)
 	if err != nil {
