@@ -112,8 +112,9 @@ func postFromPage(t *testing.T, ctx context.Context, form string) int {
 	return status
 }
 
-// screenshot saves the page as NAME.png under $FILA_UI_SCREENSHOTS, if set.
-func screenshot(t *testing.T, ctx context.Context, name string) {
+// screenshot saves the page as NAME.png under $FILA_UI_SCREENSHOTS, if
+// set: all of it, or what the window shows.
+func screenshot(t *testing.T, ctx context.Context, name string, full bool) {
 	t.Helper()
 	dir := os.Getenv(screenshotsEnv)
 	if dir == "" {
@@ -121,7 +122,11 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(cctx, chromedp.FullScreenshot(100))
+	shot := chromedp.CaptureScreenshot()
+	if full {
+		shot = chromedp.FullScreenshot(100)
+	}
+	png, err := chromedp.Run(cctx, shot)
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
@@ -204,7 +209,7 @@ func TestBrowserRetriesDeadJob(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("retry")),
 	)
 	require.Equal(t, "Admin", text(t, tab, "#mode"))
-	screenshot(t, tab, "job-dead")
+	screenshot(t, tab, "job-dead", true)
 	failing.Store(false)
 	within(t, tab, 30*time.Second, chromedp.Click(chromedp.ID("retry")))
 	waitForText(t, tab, 30*time.Second, "#flash", fmt.Sprintf("retried job %d", id))

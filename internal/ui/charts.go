@@ -53,7 +53,8 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-// frame starts an SVG with its y grid, y labels and x labels (minutes ago).
+// frame starts an SVG with a linear y grid from 0 to yMax, its labels and
+// the x labels (minutes ago).
 func frame(b *strings.Builder, label string, yMax float64, yFormat func(float64) string, n int) {
 	fmt.Fprintf(b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s">`, chartW, chartH, template.HTMLEscapeString(label))
 	for i := 0; i <= 4; i++ {
@@ -61,6 +62,11 @@ func frame(b *strings.Builder, label string, yMax float64, yFormat func(float64)
 		fmt.Fprintf(b, `<line class="grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, chartLeft, y, chartW-chartRight, y)
 		fmt.Fprintf(b, `<text class="ylabel" x="%d" y="%.1f">%s</text>`, chartLeft-6, y+4, template.HTMLEscapeString(yFormat(yMax*float64(i)/4)))
 	}
+	xLabels(b, n)
+}
+
+// xLabels marks the minutes ago under the plot of n minutes.
+func xLabels(b *strings.Builder, n int) {
 	step := float64(chartPlotW) / float64(n)
 	for ago := 60; ago >= 0; ago -= 15 {
 		x := chartLeft + (float64(n-1-ago)+0.5)*step
@@ -101,20 +107,39 @@ func throughputChart(ms []minute, now time.Time) template.HTML {
 	return template.HTML(b.String())
 }
 
+// pickupChart draws p50 and p95 on a logarithmic axis of whole decades:
+// pickups range from a millisecond on the notify path to seconds when a
+// poll or a safety poll found the job, and both must stay readable.
 func pickupChart(ms []minute, now time.Time) template.HTML {
-	var peak float64
+	lo, hi := math.Inf(1), 0.0
 	for _, m := range ms {
 		if m.Pickups > 0 {
-			peak = max(peak, millis(m.PickupP95), millis(m.PickupP50))
+			lo = min(lo, millis(m.PickupP50), millis(m.PickupP95))
+			hi = max(hi, millis(m.PickupP50), millis(m.PickupP95))
 		}
 	}
-	yMax := niceCeil(peak)
-	var b strings.Builder
-	frame(&b, "pickup latency p50 and p95 per minute, last hour", yMax, formatMs, len(ms))
-	step := float64(chartPlotW) / float64(len(ms))
-	point := func(i int, v float64) (float64, float64) {
-		return chartLeft + (float64(i)+0.5)*step, chartTop + chartPlotH - v/yMax*chartPlotH
+	if hi == 0 {
+		lo, hi = 1, 10
 	}
+	decLo := math.Floor(math.Log10(max(lo, 0.01)))
+	decHi := math.Ceil(math.Log10(max(hi, 0.01)))
+	if decHi <= decLo {
+		decHi = decLo + 1
+	}
+	y := func(v float64) float64 {
+		f := (math.Log10(max(v, 0.01)) - decLo) / (decHi - decLo)
+		return chartTop + chartPlotH - f*chartPlotH
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="pickup latency p50 and p95 per minute, last hour">`, chartW, chartH)
+	for d := decLo; d <= decHi; d++ {
+		yy := y(math.Pow(10, d))
+		fmt.Fprintf(&b, `<line class="grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, chartLeft, yy, chartW-chartRight, yy)
+		fmt.Fprintf(&b, `<text class="ylabel" x="%d" y="%.1f">%s</text>`, chartLeft-6, yy+4, formatMs(math.Pow(10, d)))
+	}
+	xLabels(&b, len(ms))
+	step := float64(chartPlotW) / float64(len(ms))
+	x := func(i int) float64 { return chartLeft + (float64(i)+0.5)*step }
 	for _, series := range []struct {
 		class string
 		value func(minute) float64
@@ -136,8 +161,7 @@ func pickupChart(ms []minute, now time.Time) template.HTML {
 				flush()
 				continue
 			}
-			x, y := point(i, series.value(m))
-			seg = append(seg, fmt.Sprintf("%.1f,%.1f", x, y))
+			seg = append(seg, fmt.Sprintf("%.1f,%.1f", x(i), y(series.value(m))))
 		}
 		flush()
 	}
@@ -145,10 +169,9 @@ func pickupChart(ms []minute, now time.Time) template.HTML {
 		if m.Pickups == 0 {
 			continue
 		}
-		x, y := point(i, millis(m.PickupP95))
-		x2, y2 := point(i, millis(m.PickupP50))
-		fmt.Fprintf(&b, `<g><title>%s: p50 ≤ %s, p95 ≤ %s over %d pickups</title><circle class="p95" cx="%.1f" cy="%.1f" r="2.5"/><circle class="p50" cx="%.1f" cy="%.1f" r="2.5"/></g>`,
-			m.At.In(now.Location()).Format("15:04"), formatMs(millis(m.PickupP50)), formatMs(millis(m.PickupP95)), m.Pickups, x, y, x2, y2)
+		fmt.Fprintf(&b, `<g><title>%s: p50 ≤ %s, p95 ≤ %s over %d pickups</title><rect class="hit" x="%.1f" y="%d" width="%.1f" height="%d"/><circle class="p95" cx="%.1f" cy="%.1f" r="2.5"/><circle class="p50" cx="%.1f" cy="%.1f" r="2.5"/></g>`,
+			m.At.In(now.Location()).Format("15:04"), formatMs(millis(m.PickupP50)), formatMs(millis(m.PickupP95)), m.Pickups,
+			x(i)-step/2, chartTop, step, chartPlotH, x(i), y(millis(m.PickupP95)), x(i), y(millis(m.PickupP50)))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -161,8 +184,10 @@ func formatMs(ms float64) string {
 	switch {
 	case ms == 0:
 		return "0"
+	case ms < 1:
+		return trimFloat(ms) + " ms"
 	case ms < 10:
-		return fmt.Sprintf("%.1f ms", ms)
+		return trimFloat(ms) + " ms"
 	case ms < 1000:
 		return fmt.Sprintf("%.0f ms", ms)
 	case ms < 60_000:

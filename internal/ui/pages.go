@@ -265,6 +265,18 @@ var templateFuncs = template.FuncMap{
 		}
 		return ""
 	},
+	// stime is a time in a listing, to the second; the column says UTC.
+	"stime": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			return v.UTC().Format("2006-01-02 15:04:05")
+		case *time.Time:
+			if v != nil {
+				return v.UTC().Format("2006-01-02 15:04:05")
+			}
+		}
+		return "—"
+	},
 	"dur": func(d *time.Duration) string {
 		if d == nil {
 			return "—"
