@@ -93,6 +93,11 @@ func TestActionsNeedSessionAndCSRF(t *testing.T) {
 	admin := client(t)
 	csrf := login(t, admin, srv, token)
 
+	_, body = get(t, admin, srv.URL+"/dead?kind=mail")
+	require.Contains(t, body, `id="retry-kind"`, "an admin may retry every dead job of a kind")
+	_, body = get(t, visitor, srv.URL+"/dead?kind=mail")
+	require.NotContains(t, body, `id="retry-kind"`)
+
 	// A logged-in session without its CSRF token, or with another
 	// session's, is refused.
 	resp, body = post(t, admin, srv, "/actions/jobs", form("retry", ids[0]), nil)
