@@ -71,13 +71,23 @@ func within(t *testing.T, ctx context.Context, d time.Duration, steps ...chromed
 	require.NoError(t, chromedp.Do(cctx, steps...))
 }
 
+// text reads the text of the page's element sel, trying again while the
+// page is between two loads (the overview refreshes itself).
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(cctx, chromedp.Text(chromedp.CSS(sel)))
-	require.NoError(t, err, "text of %s", sel)
-	return s
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s, err := chromedp.Run(cctx, chromedp.Text(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitForText polls the text of the page's element sel until it is want:
