@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,6 +29,10 @@ type overview struct {
 	NotificationQueueUsage float64
 	Warnings               []string
 	Charts                 charts
+	// OldestQueue is the queue whose oldest runnable job has waited
+	// longest, OldestRunnable how long; "" when nothing is runnable.
+	OldestQueue    string
+	OldestRunnable time.Duration
 }
 
 // queueRow is one queue's depth per state.
@@ -58,10 +63,10 @@ type workerRow struct {
 	LastSeen   time.Duration
 }
 
-// readOverview reads the overview: queue depths from internal/stats, which
-// reads fila_jobs through its partial indexes; paused queues, workers and
-// recurring tasks from their own small tables; the charts from
-// fila_minutes.
+// readOverview reads the overview: queue depths, dead jobs per kind, the
+// workers and warnings from internal/stats, which reads fila_jobs through
+// its partial indexes only; paused queues and recurring tasks from their
+// own small tables; the charts from fila_minutes.
 func readOverview(ctx context.Context, pool *pgxpool.Pool) (*overview, error) {
 	s, err := stats.Collect(ctx, pool)
 	if err != nil {
@@ -75,7 +80,9 @@ func readOverview(ctx context.Context, pool *pgxpool.Pool) (*overview, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &overview{At: s.At, Recurring: recurring, NotificationQueueUsage: s.NotificationQueueUsage}
+	o := &overview{At: s.At, Recurring: recurring, NotificationQueueUsage: s.NotificationQueueUsage,
+		Completed: s.Completed.Jobs, CompletedEstimate: s.Completed.Estimate, Cancelled: s.Cancelled,
+		GoneWorkers: s.GoneWorkers, Warnings: slices.Clone(s.Warnings)}
 	byName := map[string]*queueRow{}
 	row := func(name string) *queueRow {
 		q := byName[name]
@@ -85,58 +92,36 @@ func readOverview(ctx context.Context, pool *pgxpool.Pool) (*overview, error) {
 		}
 		return q
 	}
-	for _, st := range s.States {
-		q := row(st.Queue)
-		switch st.State {
-		case "running":
-			q.Running = st.Jobs
-		case "completed":
-			o.Completed += st.Jobs
-		case "cancelled":
-			o.Cancelled += st.Jobs
+	for _, sq := range s.Queues {
+		q := row(sq.Queue)
+		q.Runnable, q.Scheduled, q.Running, q.Expired = sq.Runnable, sq.Scheduled, sq.Running, sq.ExpiredLeases
+		q.OldestRunnable = time.Duration(sq.OldestRunnableSeconds * float64(time.Second))
+		if sq.ExpiredLeases > 0 {
+			o.Warnings = append(o.Warnings, fmt.Sprintf("queue %s: %d running jobs are past their lease (their worker died or stalled); the next claim rescues them",
+				sq.Queue, sq.ExpiredLeases))
 		}
-	}
-	for _, l := range s.Lag {
-		q := row(l.Queue)
-		q.Runnable, q.Scheduled = l.Runnable, l.Scheduled
-		q.OldestRunnable = time.Duration(l.OldestAgeSecond * float64(time.Second))
 	}
 	for _, name := range paused {
 		row(name).Paused = true
 	}
-	workers, gone, err := readWorkers(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	o.Workers, o.GoneWorkers = workers, gone
-	for _, w := range workers {
+	for _, w := range s.Workers {
+		o.Workers = append(o.Workers, workerRow{ID: w.ID, Host: w.Host, PID: w.PID, Queues: w.Queues, Mode: w.Mode,
+			WakeSource: w.WakeSource, WakeError: w.WakeError, LastSeen: time.Duration(w.LastSeenSeconds * float64(time.Second))})
 		for _, name := range w.Queues {
 			row(name)
 		}
-		if w.WakeSource == "down" {
-			o.Warnings = append(o.Warnings, fmt.Sprintf("worker %s (%s, pid %d): its %s wake source is down (%s); it finds new jobs only by polling",
-				w.ID, w.Host, w.PID, w.Mode, w.WakeError))
-		}
-	}
-	if s.ExpiredLeases > 0 {
-		o.Warnings = append(o.Warnings, fmt.Sprintf("%d running jobs are past their lease: their worker died or stalled, and the next claim rescues them", s.ExpiredLeases))
 	}
 	for _, q := range byName {
 		q.HasRunnable = q.Runnable > 0
 		q.HasWork = q.Runnable+q.Scheduled+q.Running > 0
 		o.Queues = append(o.Queues, *q)
 	}
-	slices.SortFunc(o.Queues, func(a, b queueRow) int {
-		switch {
-		case a.Queue < b.Queue:
-			return -1
-		case a.Queue > b.Queue:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(o.Queues, func(a, b queueRow) int { return strings.Compare(a.Queue, b.Queue) })
 	for _, d := range s.Dead {
 		o.Dead = append(o.Dead, deadKind{Kind: d.Kind, Dead: d.Dead, LastError: d.LastError})
+	}
+	if q, secs := s.OldestRunnable(); q != "" {
+		o.OldestQueue, o.OldestRunnable = q, time.Duration(secs*float64(time.Second))
 	}
 	mins, err := readMinutes(ctx, pool, s.At)
 	if err != nil {
@@ -144,40 +129,4 @@ func readOverview(ctx context.Context, pool *pgxpool.Pool) (*overview, error) {
 	}
 	o.Charts = drawCharts(mins, s.At)
 	return o, nil
-}
-
-// workersSQL reads fila_workers, a row per running worker process.
-const workersSQL = `SELECT id, host, pid, queues, mode, wake_source, coalesce(wake_error, ''),
-       extract(epoch FROM now() - last_seen_at)::float8
-FROM fila_workers ORDER BY host, pid, id`
-
-// workerGoneAfter is how long a worker row may go without an update before
-// the worker counts as gone: a live one writes it at least every 5 minutes.
-const workerGoneAfter = 15 * time.Minute
-
-func readWorkers(ctx context.Context, pool *pgxpool.Pool) ([]workerRow, int, error) {
-	rows, err := pool.Query(ctx, workersSQL)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read workers: %w", err)
-	}
-	defer rows.Close()
-	var live []workerRow
-	gone := 0
-	for rows.Next() {
-		var w workerRow
-		var seen float64
-		if err := rows.Scan(&w.ID, &w.Host, &w.PID, &w.Queues, &w.Mode, &w.WakeSource, &w.WakeError, &seen); err != nil {
-			return nil, 0, fmt.Errorf("read workers: %w", err)
-		}
-		w.LastSeen = time.Duration(seen * float64(time.Second))
-		if w.LastSeen > workerGoneAfter {
-			gone++
-			continue
-		}
-		live = append(live, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("read workers: %w", err)
-	}
-	return live, gone, nil
 }

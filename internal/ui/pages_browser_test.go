@@ -102,6 +102,7 @@ func TestBrowserPagesOfABusyQueue(t *testing.T) {
 	require.Regexp(t, `mail\s+0\s+12\s+0`, text(t, tab, `tr[data-queue="mail"]`))
 	require.Regexp(t, `webhooks\s+0\s+0\s+2`, text(t, tab, `tr[data-queue="webhooks"]`))
 	require.Regexp(t, `charge\s+5\s+`, text(t, tab, "#dead-kinds"))
+	require.Regexp(t, `^Oldest runnable job: waited [\d.]+ (ms|s) in queue reports$`, text(t, tab, "#oldest"))
 	require.Contains(t, text(t, tab, "#workers"), "up")
 	within(t, tab, 30*time.Second, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("queues")))
 	bars, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("svg.chart rect.completed").length`))
