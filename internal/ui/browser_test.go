@@ -219,7 +219,6 @@ func TestBrowserRetriesDeadJob(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("retry")),
 	)
 	require.Equal(t, "Admin", text(t, tab, "#mode"))
-	screenshot(t, tab, "job-dead", true)
 	failing.Store(false)
 	within(t, tab, 30*time.Second, chromedp.Click(chromedp.ID("retry")))
 	waitForText(t, tab, 30*time.Second, "#flash", fmt.Sprintf("retried job %d", id))
