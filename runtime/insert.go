@@ -58,6 +58,15 @@ type InsertOpts struct {
 	RunAt time.Time
 	// MaxAttempts defaults to 5; allowed 1 to 1000.
 	MaxAttempts int
+	// UniqueKey, if set, makes the job unique per kind among the jobs in
+	// UniqueStates: inserting a duplicate inserts nothing and returns the
+	// existing job's id (InsertJob says it was a duplicate). The database
+	// enforces it, across processes and for plain SQL producers too.
+	// Defaults to none.
+	UniqueKey string
+	// UniqueStates are the states during which UniqueKey holds. Defaults to
+	// pending and running.
+	UniqueStates []string
 }
 
 // InsertParams is one job of InsertMany.
@@ -74,6 +83,8 @@ type insertRow struct {
 	priority             int16
 	runAt                *time.Time
 	maxAttempts          int32
+	uniqueKey            *string
+	uniqueStates         []string
 }
 
 func prepare(p InsertParams) (insertRow, error) {
@@ -96,6 +107,9 @@ func prepare(p InsertParams) (insertRow, error) {
 	if !p.RunAt.IsZero() {
 		t := p.RunAt
 		r.runAt = &t
+	}
+	if err := prepareUnique(&r, p.InsertOpts); err != nil {
+		return r, err
 	}
 	var raw []byte
 	switch v := p.Payload.(type) {
@@ -148,21 +162,12 @@ func storableJSON(b []byte) error {
 
 // Insert enqueues one job and returns its id. db may be a pool or a
 // transaction: inside a transaction (see InsertTx) the job becomes visible to
-// workers only when it commits, and never if it rolls back.
+// workers only when it commits, and never if it rolls back. A job with a
+// UniqueKey that duplicates an existing one is not inserted: Insert returns
+// the existing job's id (use InsertJob to know it was a duplicate).
 func Insert(ctx context.Context, db DB, kind string, payload any, opts *InsertOpts) (int64, error) {
-	p := InsertParams{Kind: kind, Payload: payload}
-	if opts != nil {
-		p.InsertOpts = *opts
-	}
-	r, err := prepare(p)
-	if err != nil {
-		return 0, fmt.Errorf("insert: %w", err)
-	}
-	var id int64
-	if err := db.QueryRow(ctx, insertSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts).Scan(&id); err != nil {
-		return 0, fmt.Errorf("insert job of kind %q: %w", kind, err)
-	}
-	return id, nil
+	res, err := InsertJob(ctx, db, kind, payload, opts)
+	return res.ID, err
 }
 
 // InsertTx enqueues one job inside the caller's transaction, in the same
@@ -173,7 +178,9 @@ func InsertTx(ctx context.Context, tx DB, kind string, payload any, opts *Insert
 
 // InsertMany enqueues many jobs in one statement and returns their ids in
 // order. Nothing is inserted if any job is invalid. db may be a pool, a
-// connection or the caller's transaction.
+// connection or the caller's transaction. A batch in which some job has a
+// UniqueKey is inserted one statement per job, in one transaction; a
+// duplicate's id is the existing job's.
 //
 // A batch of InsertManyCopyMin jobs or more is written with COPY when db
 // offers it (pgxpool.Pool, pgx.Conn and pgx.Tx do): its ids are taken from
@@ -185,12 +192,17 @@ func InsertMany(ctx context.Context, db DB, jobs []InsertParams) ([]int64, error
 		return nil, nil
 	}
 	rows := make([]insertRow, len(jobs))
+	unique := false
 	for i, j := range jobs {
 		r, err := prepare(j)
 		if err != nil {
 			return nil, fmt.Errorf("insert many: job %d: %w", i, err)
 		}
 		rows[i] = r
+		unique = unique || r.uniqueKey != nil
+	}
+	if unique {
+		return insertEach(ctx, db, rows)
 	}
 	if c, ok := db.(copier); ok && len(rows) >= InsertManyCopyMin {
 		return insertCopy(ctx, db, c, rows)
