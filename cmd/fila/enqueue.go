@@ -33,6 +33,8 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 	priority := fs.Int("priority", 0, "priority, -32768 to 32767: a lower number runs first")
 	maxAttempts := fs.Int("max-attempts", 5, fmt.Sprintf("attempts before the job is dead, 1 to %d", maxAttemptsMax))
 	allowUnknown := fs.Bool("allow-unknown-kind", false, "enqueue even if no worker of the queue has registered this kind yet")
+	uniqueKey := fs.String("unique-key", "", "make the job unique per kind while an equal one is in --unique-states: a duplicate inserts nothing and prints the existing job's id")
+	uniqueStates := fs.String("unique-states", "pending,running", "with --unique-key: the states, comma-separated, during which the key holds (pending is required)")
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
@@ -53,6 +55,12 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	opts := &runtime.InsertOpts{Queue: *queue, Priority: int16(*priority), MaxAttempts: *maxAttempts}
+	if *uniqueKey != "" {
+		opts.UniqueKey = *uniqueKey
+		opts.UniqueStates = strings.Split(strings.ReplaceAll(*uniqueStates, " ", ""), ",")
+	} else if fsVisited(fs, "unique-states") {
+		return g.usageError("--unique-states needs --unique-key")
+	}
 	pool, err := g.migratedPool(ctx)
 	if err != nil {
 		return err
@@ -70,11 +78,16 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 			return err
 		}
 	}
-	id, err := runtime.Insert(ctx, pool, *kind, body, opts)
+	res, err := runtime.InsertJob(ctx, pool, *kind, body, opts)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(g.stdout, id)
+	fmt.Fprintln(g.stdout, res.ID)
+	if res.Duplicate {
+		// stdout stays the id alone, for scripts; what happened goes to stderr.
+		fmt.Fprintf(g.stderr, "fila enqueue: duplicate: job %d of kind %s with unique key %q is %s; nothing was inserted\n",
+			res.ID, *kind, *uniqueKey, res.DuplicateState)
+	}
 	return nil
 }
 
@@ -165,4 +178,11 @@ func truncateString(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// fsVisited reports whether the flag named name was given.
+func fsVisited(fs *flag.FlagSet, name string) bool {
+	seen := false
+	fs.Visit(func(f *flag.Flag) { seen = seen || f.Name == name })
+	return seen
 }
