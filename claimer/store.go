@@ -74,11 +74,26 @@ type Store struct{ db DB }
 // New returns a Store on db.
 func New(db DB) *Store { return &Store{db: db} }
 
+// KindLimit caps the running jobs of one kind per concurrency key, across
+// every worker: the key is the payload's value at the dotted path Key ("" when
+// absent).
+type KindLimit struct {
+	Kind string
+	Key  string // a dotted path into the payload, such as "account.id"
+	Max  int
+}
+
 // Claim marks up to limit runnable jobs of queue whose kind is one of kinds
-// as running for lease, in one round trip, and returns them.
-func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limit int, lease time.Duration) (ClaimResult, error) {
+// as running for lease, in one round trip, and returns them. Kinds with a
+// limit in limits are claimed only while their key has a free slot; a
+// paused queue gives nothing.
+func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limits []KindLimit, limit int, lease time.Duration) (ClaimResult, error) {
 	var res ClaimResult
-	rows, err := s.db.Query(ctx, sqlClaim, queue, kinds, limit, ms(lease))
+	lk, lp, lm := make([]string, len(limits)), make([]string, len(limits)), make([]int32, len(limits))
+	for i, l := range limits {
+		lk[i], lp[i], lm[i] = l.Kind, l.Key, int32(l.Max)
+	}
+	rows, err := s.db.Query(ctx, sqlClaim, queue, kinds, limit, ms(lease), lk, lp, lm)
 	if err != nil {
 		return res, fmt.Errorf("claim: %w", err)
 	}

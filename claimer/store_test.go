@@ -53,7 +53,7 @@ func TestClaimOrderLimitAndSchedule(t *testing.T) {
 	insert(t, db, `INSERT INTO fila_jobs (kind, queue) VALUES ('k', 'other') RETURNING id`)
 	insert(t, db, `INSERT INTO fila_jobs (kind, run_at) VALUES ('k', now() + interval '3 seconds') RETURNING id`)
 
-	res, err := s.Claim(ctx, "default", kinds, 2, 30*time.Second)
+	res, err := s.Claim(ctx, "default", kinds, nil, 2, 30*time.Second)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 2)
 	require.Equal(t, first, res.Jobs[0].ID)
@@ -63,7 +63,7 @@ func TestClaimOrderLimitAndSchedule(t *testing.T) {
 	require.Equal(t, "default", res.Jobs[0].Queue)
 	require.False(t, res.HasNextDue, "a full batch does not look for the next due time")
 
-	res, err = s.Claim(ctx, "default", kinds, 10, 30*time.Second)
+	res, err = s.Claim(ctx, "default", kinds, nil, 10, 30*time.Second)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 1)
 	require.Equal(t, low, res.Jobs[0].ID)
@@ -88,14 +88,14 @@ func TestClaimTakesOnlyItsKinds(t *testing.T) {
 	insert(t, db, `INSERT INTO fila_jobs (kind, run_at) VALUES ('kb', now() + interval '1 hour') RETURNING id`)
 	// Leases of two hours, so the next due time is the scheduled job's when
 	// it is this worker's kind, and a lease's otherwise.
-	res, err := s.Claim(ctx, "default", []string{"ka"}, 10, 2*time.Hour)
+	res, err := s.Claim(ctx, "default", []string{"ka"}, nil, 10, 2*time.Hour)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 1)
 	require.Equal(t, a, res.Jobs[0].ID)
 	require.Equal(t, "ka", res.Jobs[0].Kind)
 	require.True(t, res.HasNextDue)
 	require.Greater(t, res.NextDue, 90*time.Minute, "another kind's scheduled job is not this worker's timer")
-	res, err = s.Claim(ctx, "default", []string{"kb"}, 10, 2*time.Hour)
+	res, err = s.Claim(ctx, "default", []string{"kb"}, nil, 10, 2*time.Hour)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 1)
 	require.Equal(t, b, res.Jobs[0].ID)
@@ -114,7 +114,7 @@ func TestClaimWalksPrioritiesPastScheduledJobs(t *testing.T) {
 	require.NoError(t, err)
 	p2 := insert(t, db, `INSERT INTO fila_jobs (kind, priority) VALUES ('k', 2) RETURNING id`)
 	p1 := insert(t, db, `INSERT INTO fila_jobs (kind, priority) VALUES ('k', 1) RETURNING id`)
-	res, err := s.Claim(ctx, "default", kinds, 10, time.Minute)
+	res, err := s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 2)
 	require.Equal(t, []int64{p1, p2}, []int64{res.Jobs[0].ID, res.Jobs[1].ID}, "lower priority number first")
@@ -139,7 +139,7 @@ func TestClaimSkipsLockedRowsWithoutWaiting(t *testing.T) {
 
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	res, err := s.Claim(cctx, "default", kinds, 10, time.Minute)
+	res, err := s.Claim(cctx, "default", kinds, nil, 10, time.Minute)
 	require.NoError(t, err, "the claim must not wait for the held rows")
 	require.Len(t, res.Jobs, 2)
 	for _, j := range res.Jobs {
@@ -154,7 +154,7 @@ func TestFinishIsFencedAndReportsOutcomes(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		insert(t, db, `INSERT INTO fila_jobs (kind, max_attempts) VALUES ('k', 2) RETURNING id`)
 	}
-	res, err := s.Claim(ctx, "default", kinds, 5, time.Minute)
+	res, err := s.Claim(ctx, "default", kinds, nil, 5, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 5)
 	ok, retry, perm, stale, otherStart := res.Jobs[0], res.Jobs[1], res.Jobs[2], res.Jobs[3], res.Jobs[4]
@@ -202,7 +202,7 @@ func TestFinishStoresUnstorableErrorText(t *testing.T) {
 	s, db := newStore(t)
 	ctx := context.Background()
 	insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
-	res, err := s.Claim(ctx, "default", kinds, 1, time.Minute)
+	res, err := s.Claim(ctx, "default", kinds, nil, 1, time.Minute)
 	require.NoError(t, err)
 	j := res.Jobs[0]
 	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: j.Attempt, Err: "bad \x00 \xff\xfe end", Delay: time.Second}})
@@ -232,7 +232,7 @@ func TestFinishSkipsLockedRow(t *testing.T) {
 	s, db := newStore(t)
 	ctx := context.Background()
 	insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
-	res, err := s.Claim(ctx, "default", kinds, 1, time.Minute)
+	res, err := s.Claim(ctx, "default", kinds, nil, 1, time.Minute)
 	require.NoError(t, err)
 	j := res.Jobs[0]
 	tx, err := db.Pool.Begin(ctx)
@@ -262,7 +262,7 @@ func TestRescueHeartbeatRelease(t *testing.T) {
 	var expiredStart time.Time
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT started_at FROM fila_jobs WHERE id = $1::bigint`, expired).Scan(&expiredStart))
 
-	res, err := s.Claim(ctx, "other-queue", kinds, 1, time.Minute)
+	res, err := s.Claim(ctx, "other-queue", kinds, nil, 1, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Rescued, "any claim rescues expired leases of every queue")
 	st, _, le := jobRow(t, db, expired)
@@ -271,7 +271,7 @@ func TestRescueHeartbeatRelease(t *testing.T) {
 	st, _, _ = jobRow(t, db, spent)
 	require.Equal(t, "dead", st)
 
-	res, err = s.Claim(ctx, "default", kinds, 5, time.Minute)
+	res, err = s.Claim(ctx, "default", kinds, nil, 5, time.Minute)
 	require.NoError(t, err)
 	var alive, cancelled, locked *claimer.Job
 	for _, j := range res.Jobs {
@@ -322,7 +322,7 @@ func TestRescueHeartbeatRelease(t *testing.T) {
 	require.NoError(t, err)
 	// The interrupted attempt's late result cannot touch the next claim of
 	// the same count.
-	res, err = s.Claim(ctx, "default", kinds, 5, time.Minute)
+	res, err = s.Claim(ctx, "default", kinds, nil, 5, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 1)
 	require.Equal(t, alive.Attempt.Attempt, res.Jobs[0].Attempt.Attempt)
@@ -366,13 +366,13 @@ func TestSameCountAttemptsToldApart(t *testing.T) {
 	s, db := newStore(t)
 	ctx := context.Background()
 	insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
-	res, err := s.Claim(ctx, "default", kinds, 1, time.Minute)
+	res, err := s.Claim(ctx, "default", kinds, nil, 1, time.Minute)
 	require.NoError(t, err)
 	old := res.Jobs[0].Attempt
 	n, err := s.Release(ctx, []claimer.Attempt{old}, "test")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	res, err = s.Claim(ctx, "default", kinds, 1, time.Minute)
+	res, err = s.Claim(ctx, "default", kinds, nil, 1, time.Minute)
 	require.NoError(t, err)
 	cur := res.Jobs[0].Attempt
 	require.Equal(t, old.Attempt, cur.Attempt)
@@ -391,4 +391,81 @@ func TestSameCountAttemptsToldApart(t *testing.T) {
 	}
 	require.Equal(t, claimer.StateFenced, byKey[old.Key()])
 	require.Equal(t, "pending", byKey[cur.Key()])
+}
+
+// A limited kind runs at most Max jobs per key at once, across claims; a
+// freed slot is taken by the next job of its key; a job whose payload lacks
+// the key shares the "" key.
+func TestClaimRespectsConcurrencyLimits(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload)
+		SELECT 'import', jsonb_build_object('account', jsonb_build_object('id', i % 2)) FROM generate_series(1, 8) AS i`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload) VALUES ('import', '{}'), ('import', '{}'), ('free', '{}')`)
+	require.NoError(t, err)
+	limits := []claimer.KindLimit{{Kind: "import", Key: "account.id", Max: 2}}
+	kinds := []string{"import", "free"}
+	keys := func(jobs []*claimer.Job) map[string]int {
+		n := map[string]int{}
+		for _, j := range jobs {
+			var key *string
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT concurrency_key FROM fila_jobs WHERE id = $1::bigint`, j.ID).Scan(&key))
+			if key == nil {
+				n["<none>"]++
+			} else {
+				n[*key]++
+			}
+		}
+		return n
+	}
+	res, err := s.Claim(ctx, "default", kinds, limits, 100, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"0": 2, "1": 2, "": 2, "<none>": 1}, keys(res.Jobs), "two per key, and the unlimited kind")
+	require.False(t, res.HasNextDue && res.NextDue < 30*time.Second, "jobs waiting for a slot set no timer")
+
+	res, err = s.Claim(ctx, "default", kinds, limits, 100, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, res.Jobs, "every key is full")
+
+	// One job of key 1 finishes: one more of key 1 runs, none of key 0.
+	var done claimer.Attempt
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id, attempts, started_at FROM fila_jobs
+		WHERE state = 'running' AND concurrency_key = '1' LIMIT 1`).Scan(&done.ID, &done.Attempt, &done.StartedAt))
+	_, err = s.Finish(ctx, []claimer.Outcome{{Attempt: done, OK: true}})
+	require.NoError(t, err)
+	res, err = s.Claim(ctx, "default", kinds, limits, 100, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"1": 1}, keys(res.Jobs))
+}
+
+// A paused queue gives nothing to claim until it is resumed, and resuming
+// wakes its listeners.
+func TestPausedQueueClaimsNothing(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_queues (queue, paused) VALUES ('default', true)`)
+	require.NoError(t, err)
+	res, err := s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, res.Jobs)
+	require.False(t, res.HasNextDue)
+
+	conn, err := pgx.Connect(ctx, db.DirectDSN)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "LISTEN fila_default")
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_queues SET paused = false WHERE queue = 'default'`)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = conn.WaitForNotification(wctx)
+	require.NoError(t, err, "resuming wakes the queue's workers")
+	res, err = s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
 }

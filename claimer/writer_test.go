@@ -67,7 +67,7 @@ func claimN(t *testing.T, s *claimer.Store, db *testdb.DB, n int) []*claimer.Job
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) SELECT 'k' FROM generate_series(1, $1::int)`, n)
 	require.NoError(t, err)
-	res, err := s.Claim(ctx, "default", kinds, n, time.Minute)
+	res, err := s.Claim(ctx, "default", kinds, nil, n, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, n)
 	return res.Jobs

@@ -70,6 +70,24 @@ type Kind struct {
 	// Timeout cancels the handler's context after this long. Defaults to 0:
 	// no timeout of its own (the lease is kept alive by heartbeats).
 	Timeout time.Duration
+	// Limit, if set, caps how many jobs of this kind run at once per
+	// concurrency key, across every worker. Defaults to none.
+	Limit *Limit
+}
+
+// Limit caps the running jobs of a kind per concurrency key, across every
+// worker: at most Max jobs with the same key run at once; the others wait,
+// pending, and start as soon as a slot frees (a crashed worker's slot frees
+// when its lease expires). Every worker that handles the kind must declare
+// the same Limit.
+type Limit struct {
+	// Max is how many jobs of one key may run at once. Required, at least 1.
+	Max int
+	// Key is a dotted path into the payload whose value is the concurrency
+	// key, such as "account_id" or "account.id": jobs with equal values
+	// share the Max slots. Jobs whose payload lacks it share the key "".
+	// Defaults to "": one key for the whole kind.
+	Key string
 }
 
 // Config configures a Runtime. The zero value of every field but DSN (or
@@ -161,6 +179,10 @@ type Config struct {
 	// the job, so a process should exit once Run returns. Defaults to
 	// HardStopGraceDefault.
 	HardStopGrace time.Duration
+	// Recurring are tasks this worker schedules: each enqueues a job at
+	// every slot of its schedule. Any number of workers may declare the same
+	// task; exactly one job is enqueued per slot. Defaults to none.
+	Recurring []RecurringTask
 	// Observer, if set, is told of every wake-up, claim and outcome (see
 	// package metrics). Defaults to none.
 	Observer Observer
@@ -268,7 +290,25 @@ func (c Config) Validate() error {
 		if k.Timeout < 0 {
 			return fmt.Errorf("Kinds: kind %q has a negative Timeout", k.Name)
 		}
+		if k.Limit != nil {
+			if k.Limit.Max < 1 {
+				return fmt.Errorf("Kinds: kind %q has Limit.Max %d; at least 1", k.Name, k.Limit.Max)
+			}
+			if k.Limit.Key != "" && slices.Contains(strings.Split(k.Limit.Key, "."), "") {
+				return fmt.Errorf("Kinds: kind %q has Limit.Key %q; want a dotted path such as account.id", k.Name, k.Limit.Key)
+			}
+		}
 		seen[k.Name] = true
+	}
+	names := map[string]bool{}
+	for _, t := range c.Recurring {
+		if _, _, err := t.validate(); err != nil {
+			return fmt.Errorf("Recurring: %w", err)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("Recurring: task %q is declared twice", t.Name)
+		}
+		names[t.Name] = true
 	}
 	if c.Concurrency < 1 || c.Concurrency > ConcurrencyMax {
 		return fmt.Errorf("Concurrency %d out of range: allowed 1 to %d", c.Concurrency, ConcurrencyMax)

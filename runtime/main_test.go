@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,4 +109,55 @@ func countState(t *testing.T, db *testdb.DB, state string) int {
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		"SELECT count(*) FROM fila_jobs WHERE state = $1::text", state).Scan(&n))
 	return n
+}
+
+// sampleLockWaits samples pg_stat_activity every 20 ms for sessions of db
+// waiting on a row lock, until the returned stop is called; stop returns how
+// many waits lasted three samples in a row. PostgreSQL may make even a SKIP
+// LOCKED statement wait for the length of another single statement (it
+// follows the update chain of a row claimed a moment before); a wait seen in
+// three samples in a row (40 ms and more) is a real queue behind a lock.
+func sampleLockWaits(t *testing.T, db *testdb.DB) (stop func() int) {
+	t.Helper()
+	ctx := context.Background()
+	var lockWaits atomic.Int32
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		prev := map[int32]int{}
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			rows, err := db.Pool.Query(ctx, `SELECT pid, wait_event || ': ' || left(query, 60) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple', 'advisory')`)
+			if err != nil {
+				continue
+			}
+			cur := map[int32]int{}
+			for rows.Next() {
+				var pid int32
+				var what string
+				if rows.Scan(&pid, &what) == nil {
+					cur[pid] = prev[pid] + 1
+					if cur[pid] >= 3 {
+						lockWaits.Add(1)
+						t.Logf("session %d waits on a row lock: %s", pid, what)
+					} else {
+						t.Logf("session %d seen waiting on a row lock (%d samples): %s", pid, cur[pid], what)
+					}
+				}
+			}
+			rows.Close()
+			prev = cur
+		}
+	}()
+	return func() int {
+		close(stopSampling)
+		<-sampled
+		return int(lockWaits.Load())
+	}
 }

@@ -28,6 +28,7 @@ func (r *Runtime) maintenanceLoop(ctx context.Context) error {
 			return nil
 		case <-time.After(maintenanceEvery + jitter):
 		}
+		r.flushMinutes(ctx)
 		if time.Since(lastTouch) >= registryTouchEvery {
 			lastTouch = time.Now()
 			r.registry.touch(ctx)

@@ -131,7 +131,7 @@ func (p *producer) claim(ctx context.Context, free int) (more bool, err error) {
 	// dispatched even when stopping; the drain runs them or a hard stop
 	// returns them at once.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-	res, err := rt.store.Claim(cctx, p.queue, rt.kindNames, n, rt.cfg.Lease)
+	res, err := rt.store.Claim(cctx, p.queue, rt.kindNames, rt.limits, n, rt.cfg.Lease)
 	cancel()
 	if err != nil {
 		if rt.total != nil {

@@ -115,6 +115,9 @@ func (g *registry) touch(ctx context.Context) {
 	if _, err := g.rt.control.Exec(ctx, sqlForgetWorkers, registryForgetAfter.Seconds()); err != nil && ctx.Err() == nil {
 		g.log.Warn("cannot forget workers gone from fila_workers", zap.Error(err))
 	}
+	if _, err := g.rt.control.Exec(ctx, sqlMinutesForget, minutesKeep.Seconds()); err != nil && ctx.Err() == nil {
+		g.log.Warn("cannot delete old rows of fila_minutes", zap.Error(err))
+	}
 }
 
 // remove deletes the worker's row at a clean stop.

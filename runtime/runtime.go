@@ -57,6 +57,8 @@ type Runtime struct {
 	log       *zap.Logger
 	kinds     map[string]Kind
 	kindNames []string
+	limits    []claimer.KindLimit
+	rollup    *rollup // what this worker did, written to fila_minutes
 
 	pool        *pgxpool.Pool
 	owns        bool // Fila opened pool and must close it
@@ -96,10 +98,15 @@ func New(cfg Config) (*Runtime, error) {
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger.Named("runtime"), kinds: map[string]Kind{},
 		ready: make(chan struct{}), done: make(chan struct{}), claimingDone: make(chan struct{}),
+		rollup: newRollup(),
 	}
+	r.cfg.Observer = observers{r.rollup, cfg.Observer}
 	for _, k := range cfg.Kinds {
 		r.kinds[k.Name] = k
 		r.kindNames = append(r.kindNames, k.Name)
+		if k.Limit != nil {
+			r.limits = append(r.limits, claimer.KindLimit{Kind: k.Name, Key: k.Limit.Key, Max: k.Limit.Max})
+		}
 	}
 	slices.Sort(r.kindNames)
 	if cfg.MaxConcurrency > 0 {
@@ -268,6 +275,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	go func() { claimedOnce.Wait(); close(firstClaims) }()
 	g.Go(func() error { r.markReady(gctx, firstClaims); return nil })
 	g.Go(func() error { return r.maintenanceLoop(gctx) })
+	g.Go(func() error { return r.schedulerLoop(gctx) })
 	r.log.Info("runtime started", zap.Strings("queues", r.cfg.Queues), zap.String("mode", string(r.cfg.Mode)),
 		zap.Int("concurrency", r.cfg.Concurrency), zap.Int("max_concurrency", r.cfg.MaxConcurrency),
 		zap.Duration("lease", r.cfg.Lease), zap.Strings("kinds", r.kindNames), zap.String("worker_id", r.registry.id))
@@ -293,6 +301,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		r.log.Error("handlers ignored cancellation; their jobs run again once their leases expire",
 			zap.Int64s("job_ids", r.completer.ownedIDs()))
 	}
+	r.flushMinutes(context.Background())
 	r.registry.remove()
 	s := r.Stats()
 	r.log.Info("runtime stopped", zap.Uint64("claimed", s.Claimed), zap.Uint64("completed", s.Completed),

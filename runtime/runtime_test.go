@@ -270,46 +270,7 @@ func TestSixRuntimesRunEachJobExactlyOnce(t *testing.T) {
 
 	var mu sync.Mutex
 	seen := map[int64]int{}
-	// Sample pg_stat_activity for sessions waiting on a row lock. PostgreSQL
-	// may make even a SKIP LOCKED statement wait for the length of another
-	// single statement (it follows the update chain of a row claimed a
-	// moment before); a wait seen in three samples in a row (40 ms and more)
-	// is a real queue behind a lock.
-	var lockWaits atomic.Int32
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		prev := map[int32]int{}
-		for {
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			rows, err := db.Pool.Query(ctx, `SELECT pid, wait_event || ': ' || left(query, 60) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')`)
-			if err != nil {
-				continue
-			}
-			cur := map[int32]int{}
-			for rows.Next() {
-				var pid int32
-				var what string
-				if rows.Scan(&pid, &what) == nil {
-					cur[pid] = prev[pid] + 1
-					if cur[pid] >= 3 {
-						lockWaits.Add(1)
-						t.Logf("session %d waits on a row lock: %s", pid, what)
-					} else {
-						t.Logf("session %d seen waiting on a row lock (%d samples): %s", pid, cur[pid], what)
-					}
-				}
-			}
-			rows.Close()
-			prev = cur
-		}
-	}()
+	stopSampling := sampleLockWaits(t, db)
 	for w := 0; w < 6; w++ {
 		w := w
 		cfg := baseConfig(t, db, runtime.Kind{Name: "count", Handler: func(ctx context.Context, j *runtime.Job) error {
@@ -324,8 +285,7 @@ func TestSixRuntimesRunEachJobExactlyOnce(t *testing.T) {
 		start(t, cfg)
 	}
 	waitFor(t, 120*time.Second, "all jobs completed", func() bool { return countState(t, db, "completed") == jobs })
-	close(stopSampling)
-	<-sampled
+	lockWaits := stopSampling()
 	mu.Lock()
 	require.Len(t, seen, jobs)
 	for id, n := range seen {
@@ -337,7 +297,7 @@ func TestSixRuntimesRunEachJobExactlyOnce(t *testing.T) {
 	require.Zero(t, dups)
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(DISTINCT worker) FROM runs`).Scan(&workers))
 	require.Greater(t, workers, 1, "the work was not shared")
-	require.Zero(t, lockWaits.Load(), "a session waited on a row lock during the drain")
+	require.Zero(t, lockWaits, "a session waited on a row lock during the drain")
 }
 
 func TestGracefulStopFinishesRunningJobs(t *testing.T) {

@@ -24,9 +24,9 @@ const (
 )
 
 // claimSQL is the runtime's claim, called as the runtime calls it:
-// $1 queue, $2 kinds, $3 batch limit, $4 lease in milliseconds; one row per
-// job, then a summary row with a NULL id.
-const claimSQL = `SELECT * FROM fila_claim($1::text, $2::text[], $3::int, $4::float8)`
+// $1 queue, $2 kinds, $3 batch limit, $4 lease in milliseconds, and no
+// concurrency limits; one row per job, then a summary row with a NULL id.
+const claimSQL = `SELECT * FROM fila_claim($1::text, $2::text[], $3::int, $4::float8, '{}', '{}', '{}')`
 
 // floorLease is the lease the floor's claims take: longer than any run, so
 // nothing it claimed is rescued while it runs.

@@ -1,0 +1,407 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/robfig/cron/v3"
+	"go.uber.org/zap"
+)
+
+// Missed says what a recurring task does about slots that passed while no
+// worker scheduled it.
+type Missed string
+
+const (
+	// MissedLatest enqueues the most recent missed slot only. The default.
+	MissedLatest Missed = "latest"
+	// MissedNone enqueues no missed slot: only slots at most a minute late.
+	MissedNone Missed = "none"
+)
+
+// missedNoneSlack is how late a slot may be and still count as on time
+// under MissedNone.
+const missedNoneSlack = time.Minute
+
+// RecurringTask enqueues a job on a schedule. Every worker that declares it
+// schedules it; the database makes sure exactly one job is enqueued per time
+// slot, however many do.
+type RecurringTask struct {
+	// Name identifies the task. Required.
+	Name string
+	// Schedule is a five-field cron expression ("*/5 * * * *": minute, hour,
+	// day of month, month, day of week), a descriptor (@hourly, @daily,
+	// @weekly, @monthly, @yearly), or "@every DURATION" ("@every 30s"), whose
+	// slots are multiples of DURATION since the Unix epoch. Required.
+	Schedule string
+	// TimeZone is the IANA zone the cron expression is read in. Defaults
+	// to UTC.
+	TimeZone string
+	// Kind, Payload, Queue and MaxAttempts are the enqueued job's; Queue
+	// defaults to "default", MaxAttempts to 5.
+	Kind        string
+	Payload     any
+	Queue       string
+	MaxAttempts int
+	// Missed is what to do about slots missed while no worker ran. Defaults
+	// to MissedLatest.
+	Missed Missed
+}
+
+// schedule gives a task's slots: Next returns the first slot after t.
+type schedule interface {
+	Next(t time.Time) time.Time
+}
+
+// everySchedule has a slot at every multiple of d since the Unix epoch, so
+// every process computes the same slots whenever it started.
+type everySchedule struct{ d time.Duration }
+
+func (e everySchedule) Next(t time.Time) time.Time {
+	return t.Truncate(e.d).Add(e.d)
+}
+
+// parseSchedule reads a task's schedule in loc.
+func parseSchedule(spec string, loc *time.Location) (schedule, error) {
+	spec = strings.TrimSpace(spec)
+	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil || d < time.Second || d%time.Second != 0 {
+			return nil, fmt.Errorf("schedule %q: want @every and a whole number of seconds, at least 1s (such as @every 30s)", spec)
+		}
+		return everySchedule{d: d}, nil
+	}
+	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
+		return nil, fmt.Errorf("schedule %q: give the time zone as the task's TimeZone", spec)
+	}
+	p := cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	s, err := p.Parse(spec)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %q: %w", spec, err)
+	}
+	return zoned{s: s, loc: loc}, nil
+}
+
+// zoned reads a cron schedule in a time zone.
+type zoned struct {
+	s   cron.Schedule
+	loc *time.Location
+}
+
+func (z zoned) Next(t time.Time) time.Time { return z.s.Next(t.In(z.loc)) }
+
+// validate checks a task and returns its parsed schedule and payload.
+func (t RecurringTask) validate() (schedule, string, error) {
+	if strings.TrimSpace(t.Name) == "" || len(t.Name) > 200 {
+		return nil, "", errors.New("a task has an empty Name (or one over 200 bytes)")
+	}
+	loc := time.UTC
+	if t.TimeZone != "" {
+		l, err := time.LoadLocation(t.TimeZone)
+		if err != nil {
+			return nil, "", fmt.Errorf("task %q: TimeZone %q: %w", t.Name, t.TimeZone, err)
+		}
+		loc = l
+	}
+	if t.Schedule == "" {
+		return nil, "", fmt.Errorf("task %q has no Schedule", t.Name)
+	}
+	s, err := parseSchedule(t.Schedule, loc)
+	if err != nil {
+		return nil, "", fmt.Errorf("task %q: %w", t.Name, err)
+	}
+	p, err := prepare(InsertParams{Kind: t.Kind, Payload: t.Payload,
+		InsertOpts: InsertOpts{Queue: t.Queue, MaxAttempts: t.MaxAttempts}})
+	if err != nil {
+		return nil, "", fmt.Errorf("task %q: %w", t.Name, err)
+	}
+	switch t.Missed {
+	case "", MissedLatest, MissedNone:
+	default:
+		return nil, "", fmt.Errorf("task %q: Missed %q: use %q or %q", t.Name, t.Missed, MissedLatest, MissedNone)
+	}
+	return s, p.payload, nil
+}
+
+const (
+	sqlRecurringDefine = `INSERT INTO fila_recurring (task, schedule, time_zone, kind, queue, payload, max_attempts, missed, next_slot)
+VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text::jsonb, $7::int, $8::text, $9::timestamptz)
+ON CONFLICT (task) DO UPDATE SET schedule = EXCLUDED.schedule, time_zone = EXCLUDED.time_zone,
+    kind = EXCLUDED.kind, queue = EXCLUDED.queue, payload = EXCLUDED.payload,
+    max_attempts = EXCLUDED.max_attempts, missed = EXCLUDED.missed,
+    next_slot = greatest(fila_recurring.next_slot, EXCLUDED.next_slot), updated_at = now()
+RETURNING last_slot, now()`
+
+	// Moving last_slot forward is what makes one job per slot: of several
+	// workers scheduling the same slot, the first commits, and the others'
+	// conditional UPDATE then finds last_slot no longer before the slot.
+	sqlRecurringClaimSlot = `UPDATE fila_recurring SET last_slot = $2::timestamptz, next_slot = $3::timestamptz, updated_at = now()
+WHERE task = $1::text AND (last_slot IS NULL OR last_slot < $2::timestamptz)
+RETURNING kind, queue, payload::text, max_attempts`
+
+	sqlRecurringEnqueue = `INSERT INTO fila_jobs (queue, kind, payload, max_attempts, unique_key, unique_states)
+VALUES ($1::text, $2::text, $3::text::jsonb, $4::int, $5::text, '{pending,running,completed,dead,cancelled}')
+ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state = ANY (coalesce(unique_states, '{pending,running}'::text[]))
+DO NOTHING
+RETURNING id`
+
+	sqlRecurringJob = `UPDATE fila_recurring SET last_job_id = $2::bigint WHERE task = $1::text`
+
+	sqlDBNow = `SELECT now()`
+)
+
+// recurringKey is the unique key of a task's job for one slot.
+func recurringKey(task string, slot time.Time) string {
+	return "fila:recurring:" + task + ":" + slot.UTC().Format(time.RFC3339)
+}
+
+// scheduledTask is one task as the scheduler runs it.
+type scheduledTask struct {
+	RecurringTask
+	sched   schedule
+	payload string
+	missed  Missed
+	cursor  time.Time // the last slot handled (enqueued, or found enqueued)
+}
+
+// schedulerLoop enqueues the recurring tasks' jobs on time, on the database
+// clock, until ctx ends.
+func (r *Runtime) schedulerLoop(ctx context.Context) error {
+	if len(r.cfg.Recurring) == 0 {
+		return nil
+	}
+	log := r.log.Named("recurring")
+	tasks := make([]*scheduledTask, 0, len(r.cfg.Recurring))
+	for _, t := range r.cfg.Recurring {
+		s, payload, err := t.validate()
+		if err != nil {
+			return err // Validate already refused it
+		}
+		missed := t.Missed
+		if missed == "" {
+			missed = MissedLatest
+		}
+		if t.Queue == "" {
+			t.Queue = "default"
+		}
+		if t.MaxAttempts == 0 {
+			t.MaxAttempts = 5
+		}
+		tasks = append(tasks, &scheduledTask{RecurringTask: t, sched: s, payload: payload, missed: missed})
+	}
+	for _, t := range tasks {
+		for {
+			err := r.defineTask(ctx, t)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Error("cannot record a recurring task; will retry", zap.String("task", t.Name), zap.Error(err))
+			if !sleepCtx(ctx, 5*time.Second) {
+				return nil
+			}
+		}
+	}
+	log.Info("scheduling recurring tasks", zap.Int("tasks", len(tasks)))
+	for {
+		now, err := r.dbNow(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Error("cannot read the database clock; will retry", zap.Error(err))
+			if !sleepCtx(ctx, time.Second) {
+				return nil
+			}
+			continue
+		}
+		next := now.Add(time.Hour)
+		for _, t := range tasks {
+			if err := r.runDue(ctx, log, t, now); err != nil && ctx.Err() == nil {
+				log.Error("cannot enqueue a recurring task's job; will retry", zap.String("task", t.Name), zap.Error(err))
+				next = now.Add(time.Second)
+			}
+			if n := t.sched.Next(maxTime(t.cursor, now)); n.Before(next) {
+				next = n
+			}
+		}
+		// The timer runs on this host's clock for the span the database
+		// clock gives; a few milliseconds late is better than early.
+		if !sleepCtx(ctx, next.Sub(now)+time.Millisecond+time.Duration(rand.Int64N(int64(time.Millisecond)))) {
+			return nil
+		}
+	}
+}
+
+// defineTask records the task and reads its last slot: where the cursor
+// starts.
+func (r *Runtime) defineTask(ctx context.Context, t *scheduledTask) error {
+	tz := t.TimeZone
+	if tz == "" {
+		tz = "UTC"
+	}
+	var last *time.Time
+	var now time.Time
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := r.control.QueryRow(cctx, sqlRecurringDefine, t.Name, t.Schedule, tz, t.Kind, t.Queue, t.payload,
+		t.MaxAttempts, string(t.missed), t.sched.Next(time.Now())).Scan(&last, &now)
+	if err != nil {
+		return fmt.Errorf("record recurring task %q: %w", t.Name, err)
+	}
+	if last != nil {
+		t.cursor = *last
+	} else {
+		// A new task starts with the next slot: nothing was missed.
+		t.cursor = now
+	}
+	return nil
+}
+
+// runDue enqueues the task's latest slot at or before now if it is due:
+// after the cursor, and on time or allowed by the task's Missed.
+func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask, now time.Time) error {
+	slot, ok := latestSlot(t.sched, t.cursor, now)
+	if !ok {
+		return nil
+	}
+	if t.missed == MissedNone && now.Sub(slot) > missedNoneSlack {
+		log.Info("skipping missed slots of a recurring task", zap.String("task", t.Name), zap.Time("latest", slot))
+		t.cursor = slot
+		return nil
+	}
+	var id int64
+	var enqueued bool
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := pgx.BeginFunc(cctx, r.control, func(tx pgx.Tx) error {
+		var kind, queue, payload string
+		var maxAttempts int
+		err := tx.QueryRow(cctx, sqlRecurringClaimSlot, t.Name, slot, t.sched.Next(slot)).Scan(&kind, &queue, &payload, &maxAttempts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // another worker enqueued this slot (or a later one)
+		}
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRow(cctx, sqlRecurringEnqueue, queue, kind, payload, maxAttempts, recurringKey(t.Name, slot)).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // the slot's job exists already
+		}
+		if err != nil {
+			return err
+		}
+		enqueued = true
+		_, err = tx.Exec(cctx, sqlRecurringJob, t.Name, id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	t.cursor = slot
+	if enqueued {
+		log.Info("enqueued a recurring task's job", zap.String("task", t.Name), zap.Time("slot", slot),
+			zap.Int64("job_id", id), zap.Duration("late", now.Sub(slot)))
+	}
+	return nil
+}
+
+// latestSlot returns the latest slot of s after after and at or before now.
+func latestSlot(s schedule, after, now time.Time) (time.Time, bool) {
+	slot := s.Next(after)
+	if slot.After(now) {
+		return time.Time{}, false
+	}
+	if e, ok := s.(everySchedule); ok {
+		return now.Truncate(e.d), true
+	}
+	// Step through the missed slots; after a long downtime of a frequent
+	// task, jump close to now first.
+	for i := 0; i < 1_000_000; i++ {
+		n := s.Next(slot)
+		if n.After(now) {
+			return slot, true
+		}
+		slot = n
+	}
+	return slot, true
+}
+
+func (r *Runtime) dbNow(ctx context.Context) (time.Time, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var now time.Time
+	err := r.control.QueryRow(cctx, sqlDBNow).Scan(&now)
+	return now, err
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// sleepCtx waits d, or returns false as soon as ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// RecurringTaskState is one recurring task as fila_recurring records it.
+type RecurringTaskState struct {
+	Name      string          `json:"name"`
+	Schedule  string          `json:"schedule"`
+	TimeZone  string          `json:"time_zone"`
+	Kind      string          `json:"kind"`
+	Queue     string          `json:"queue"`
+	Payload   json.RawMessage `json:"payload"`
+	Missed    Missed          `json:"missed"`
+	LastSlot  *time.Time      `json:"last_slot"`
+	LastJobID *int64          `json:"last_job_id"`
+	NextSlot  *time.Time      `json:"next_slot"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+const sqlRecurringList = `SELECT task, schedule, time_zone, kind, queue, payload::text, missed, last_slot, last_job_id,
+    next_slot, updated_at
+FROM fila_recurring ORDER BY task`
+
+// RecurringTasks lists the recurring tasks workers have recorded, with each
+// one's last and next slot.
+func RecurringTasks(ctx context.Context, db DB) ([]RecurringTaskState, error) {
+	rows, err := db.Query(ctx, sqlRecurringList)
+	if err != nil {
+		return nil, fmt.Errorf("list recurring tasks: %w", err)
+	}
+	defer rows.Close()
+	out := []RecurringTaskState{}
+	for rows.Next() {
+		var s RecurringTaskState
+		var payload, missed string
+		if err := rows.Scan(&s.Name, &s.Schedule, &s.TimeZone, &s.Kind, &s.Queue, &payload, &missed,
+			&s.LastSlot, &s.LastJobID, &s.NextSlot, &s.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("list recurring tasks: %w", err)
+		}
+		s.Payload, s.Missed = json.RawMessage(payload), Missed(missed)
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list recurring tasks: %w", err)
+	}
+	return out, nil
+}
