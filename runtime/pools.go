@@ -37,6 +37,7 @@ func (r *Runtime) open(ctx context.Context) error {
 		cc := r.cfg.Pool.Config()
 		cc.MaxConns, cc.MinConns = controlConns, 0
 		cc.ShouldPing = shouldPing
+		r.setHotPathMode(ctx, cc)
 		var err error
 		if r.control, err = pgxpool.NewWithConfig(ctx, cc); err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -60,6 +61,9 @@ func (r *Runtime) open(ctx context.Context) error {
 		// enough that a server or pooler may have dropped them; a claim on
 		// a dropped connection fails and is retried on a new one anyway.
 		pc.ShouldPing = shouldPing
+		if !pgconfig.NamesExecMode(r.cfg.DSN) {
+			r.setHotPathMode(ctx, pc)
+		}
 		r.pool, err = pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -103,6 +107,24 @@ func (r *Runtime) open(ctx context.Context) error {
 	r.source = src
 	r.ctlMu.Unlock()
 	return nil
+}
+
+// setHotPathMode sets the statement mode of the pool that runs Fila's hot
+// path: prepared statements when it reaches PostgreSQL directly, unnamed
+// ones through a pooler (see pgconfig.HotPathMode). Measured on a claim of
+// one job (interleaved, 900 each, loopback): the claim function called as a
+// prepared statement 1.46 ms at the median, as an unnamed one 1.57 ms, and
+// the claim as one plain unnamed statement, planned each time, 2.36 ms. If
+// the probe fails, unnamed statements work everywhere.
+func (r *Runtime) setHotPathMode(ctx context.Context, pc *pgxpool.Config) {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	direct, err := pgconfig.IsDirect(pctx, pc.ConnConfig)
+	if err != nil {
+		return // the ping that follows reports an unreachable database
+	}
+	pc.ConnConfig.DefaultQueryExecMode = pgconfig.HotPathMode(direct)
+	r.log.Debug("hot path statements", zap.Bool("direct", direct), zap.Stringer("mode", pc.ConnConfig.DefaultQueryExecMode))
 }
 
 // shouldPing pings a pooled connection only after pingIdleAfter idle.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -276,8 +277,9 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	db := migrated(t)
 	dir := t.TempDir()
 	runs := filepath.Join(dir, "runs")
-	// The first attempt hangs; later ones finish at once.
-	command := fmt.Sprintf(`echo "$FILA_JOB_ID $FILA_JOB_ATTEMPT $PPID" >> %s; if [ "$FILA_JOB_ATTEMPT" = 1 ]; then sleep 120; fi`, runs)
+	// The first attempt hangs; later ones finish at once. Each records the
+	// process group its command runs in (field 5 of /proc/self/stat).
+	command := fmt.Sprintf(`echo "$FILA_JOB_ID $FILA_JOB_ATTEMPT $(cut -d' ' -f5 /proc/self/stat)" >> %s; if [ "$FILA_JOB_ATTEMPT" = 1 ]; then sleep 120; fi`, runs)
 	victim := startWorker(t, db, "--lease", "2s", "--exec", "job="+command)
 	ctx := context.Background()
 	var other int64
@@ -295,6 +297,14 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 		b, _ := os.ReadFile(runs)
 		return strings.Contains(string(b), id+" 1 ")
 	})
+	b, err := os.ReadFile(runs)
+	require.NoError(t, err)
+	fields := strings.Fields(strings.Split(string(b), "\n")[0])
+	require.Len(t, fields, 3)
+	pgid, err := strconv.Atoi(fields[2])
+	require.NoError(t, err)
+	require.NotEqual(t, victim.Process.Pid, pgid, "the command runs in a process group of its own")
+	require.Positive(t, processesInGroup(t, pgid), "the hung command is running before the kill")
 	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
 	_ = victim.Wait()
 	killed := time.Now()
@@ -311,7 +321,7 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT attempts, coalesce(last_error, '') FROM fila_jobs WHERE id = $1::bigint", id).Scan(&attempts, &lastErr))
 	require.Equal(t, 2, attempts)
 	require.Contains(t, lastErr, "lease expired")
-	b, err := os.ReadFile(runs)
+	b, err = os.ReadFile(runs)
 	require.NoError(t, err)
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
@@ -325,13 +335,33 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT state, attempts FROM fila_jobs WHERE id = $1::bigint", other).Scan(&otherState, &otherAttempts))
 	require.Equal(t, "pending", otherState)
 	require.Zero(t, otherAttempts)
-	// The hung first attempt's command died with its worker.
-	fields := strings.Fields(strings.Split(string(b), "\n")[0])
-	require.Len(t, fields, 3)
-	waitFor(t, 15*time.Second, "the killed worker's command is gone", func() bool {
-		_, err := os.Stat("/proc/" + fields[2])
-		return os.IsNotExist(err)
+	// The hung first attempt's command, and everything it started, died
+	// with its worker.
+	waitFor(t, 15*time.Second, "the killed worker's command's process group is gone", func() bool {
+		return processesInGroup(t, pgid) == 0
 	})
+}
+
+// processesInGroup counts the live processes of process group pgid.
+func processesInGroup(t *testing.T, pgid int) int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	require.NoError(t, err)
+	n := 0
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid pgrp …: comm may hold spaces, so count from
+		// its closing parenthesis.
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		fields := strings.Fields(rest)
+		if len(fields) > 2 && fields[2] == strconv.Itoa(pgid) && fields[0] != "Z" {
+			n++
+		}
+	}
+	return n
 }
 
 func TestSixWorkerProcessesRunEachJobOnce(t *testing.T) {

@@ -142,3 +142,16 @@ func containsAny(s string, subs ...string) bool {
 	}
 	return false
 }
+
+// fila runs one `fila` command (not a worker) on db and returns its stdout,
+// or an error with its stderr.
+func (e *Env) fila(ctx context.Context, db *database, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, e.FilaBin, args...)
+	cmd.Env = append(os.Environ(), "FILA_DSN="+db.dsn, "FILA_LISTEN_DSN="+db.direct)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("fila %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}

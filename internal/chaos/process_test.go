@@ -3,6 +3,8 @@ package chaos_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/fila-run/fila/internal/chaos"
 )
 
@@ -22,4 +24,25 @@ func TestStallWorker(t *testing.T) {
 func TestShutdownUnderLoad(t *testing.T) {
 	t.Parallel()
 	run(t, env(t), "shutdown", processSize)
+}
+
+func TestDeafHandler(t *testing.T) {
+	t.Parallel()
+	res := run(t, env(t), "deaf-handler", processSize)
+	require.Zero(t, res.Lost)
+	require.Zero(t, res.Overlapping)
+}
+
+func TestMixedKinds(t *testing.T) {
+	t.Parallel()
+	res := run(t, env(t), "mixed-kinds", processSize)
+	require.Zero(t, res.Lost)
+	require.Zero(t, res.Overlapping)
+	require.Zero(t, res.Duplicated)
+}
+
+func TestScheduledOnTime(t *testing.T) {
+	t.Parallel()
+	res := run(t, env(t), "scheduled", processSize)
+	require.Zero(t, res.Lost)
 }

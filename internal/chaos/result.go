@@ -88,6 +88,9 @@ func Scenarios() []Scenario {
 		{Name: "poison", Fault: "poison input", Run: Poison},
 		{Name: "notify-pressure", Fault: "NOTIFY burst, every slot busy", Run: NotifyPressure},
 		{Name: "shutdown", Fault: "SIGTERM under load, then hard stop", Run: ShutdownUnderLoad},
+		{Name: "deaf-handler", Fault: "hard stop of commands that ignore SIGTERM", Run: DeafHandler},
+		{Name: "mixed-kinds", Fault: "workers of different kinds on one queue", Run: MixedKinds},
+		{Name: "scheduled", Fault: "jobs scheduled ahead, workers idle", Run: ScheduledOnTime},
 		{Name: "lock-waits", Fault: "none (row-lock waits sampled)", Run: LockWaits},
 	}
 }

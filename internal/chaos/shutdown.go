@@ -136,8 +136,13 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 			completed++
 		case b.state == "running" && s.state == "pending":
 			returned++
-			res.check(s.attempts == b.attempts && containsAny(s.lastError, "shutdown"),
-				"job %d returned at attempt %d (was %d) with last_error %q", id, s.attempts, b.attempts, s.lastError)
+			// An interrupted attempt is not counted, and its history says why.
+			var history string
+			if err := db.pool.QueryRow(ctx, `SELECT errors::text FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&history); err != nil {
+				return nil, err
+			}
+			res.check(s.attempts == b.attempts-1 && containsAny(history, "shutdown"),
+				"job %d returned with %d attempts counted (was %d) and error history %s", id, s.attempts, b.attempts, history)
 		case b.state == "pending" && s.state == "pending":
 			untouched++
 			res.check(s.attempts == b.attempts, "job %d was claimed after SIGTERM", id)
