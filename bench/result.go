@@ -1,20 +1,51 @@
 package bench
 
+// Names of the systems and modes the goals look up. Fila's suite and the
+// peers module both write them, so one reader finds the same rows in either
+// file and in the two merged.
+const (
+	SystemFila  = "fila"
+	SystemFloor = "floor"
+	SystemRiver = "river"
+
+	ModeNotify = "notify"
+	ModeWAL    = "wal"
+
+	// FloorListen is a bare LISTEN connection: the notification arrives.
+	FloorListen = "listen"
+	// FloorListenClaim is a bare LISTEN connection plus the minimal one-row
+	// claim, prepared, on a direct connection: the claim returns the job.
+	FloorListenClaim = "listen+claim"
+
+	ThroughputDrain    = "drain"
+	ThroughputSteady   = "steady"
+	ThroughputSQLFloor = "sql-floor"
+
+	// TunedPrefix starts the mode of every peer configuration tuned for
+	// its best figure ("tuned-10ms", "tuned-500w-1ms").
+	TunedPrefix = "tuned"
+)
+
 // LatencyResult is one pickup-latency scenario: one system in one mode at one
 // steady insert rate. Latency is measured on one clock, from just before the
 // producer's COMMIT to the first line of the handler.
 type LatencyResult struct {
-	System     string    `json:"system"`       // "fila", "floor", "river", "gue"
-	Mode       string    `json:"mode"`         // "notify", "poll-50ms", "listen-only", "default", "tuned-10ms", ...
-	RatePerSec int       `json:"rate_per_sec"` // target insert rate
-	Count      int       `json:"count"`        // jobs inserted
-	Lost       int       `json:"lost"`         // inserted but never picked up before the deadline
-	P50Ms      float64   `json:"p50_ms"`
-	P90Ms      float64   `json:"p90_ms"`
-	P99Ms      float64   `json:"p99_ms"`
-	P999Ms     float64   `json:"p999_ms"`
-	MaxMs      float64   `json:"max_ms"`
-	SamplesMs  []float64 `json:"samples_ms,omitempty"` // every latency, for charts
+	System     string `json:"system"`       // "fila", "floor", "river", "gue"
+	Mode       string `json:"mode"`         // "notify", "poll-50ms", "listen-only", "default", "tuned-10ms", ...
+	RatePerSec int    `json:"rate_per_sec"` // target insert rate
+	Count      int    `json:"count"`        // jobs inserted
+	// AchievedPerSec is the rate the producers really committed at: jobs
+	// committed over the time from the first job's due time to the last
+	// commit, plus one interval. Below RatePerSec, the producers fell behind
+	// and the system was offered less than asked.
+	AchievedPerSec float64   `json:"achieved_per_sec,omitempty"`
+	Lost           int       `json:"lost"` // inserted but never picked up before the deadline
+	P50Ms          float64   `json:"p50_ms"`
+	P90Ms          float64   `json:"p90_ms"`
+	P99Ms          float64   `json:"p99_ms"`
+	P999Ms         float64   `json:"p999_ms"`
+	MaxMs          float64   `json:"max_ms"`
+	SamplesMs      []float64 `json:"samples_ms,omitempty"` // every latency, for charts
 }
 
 // ThroughputResult is one drain or steady-state throughput scenario.
@@ -69,4 +100,66 @@ type ProducerResult struct {
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
 	MaxMs float64 `json:"max_ms"`
+}
+
+// SoakResult is a long run at a steady insert rate with short retention,
+// reported window by window, so growth of the table or of the tail latency
+// over time shows.
+type SoakResult struct {
+	System       string       `json:"system"`
+	Mode         string       `json:"mode"`
+	RatePerSec   int          `json:"rate_per_sec"`  // asked insert rate
+	Seconds      float64      `json:"seconds"`       // producers' run
+	WindowSec    float64      `json:"window_sec"`    // length of one row
+	RetentionSec float64      `json:"retention_sec"` // the runtime's Retention
+	Inserted     int          `json:"inserted"`      // jobs committed
+	Lost         int          `json:"lost"`          // committed, not started within 5 s of the end
+	Config       string       `json:"config"`        // the runtime's sizing
+	Windows      []SoakWindow `json:"windows"`
+}
+
+// SoakWindow is one window of a soak: what was inserted, picked up and
+// completed in it, and the table as the database reported it at its end.
+type SoakWindow struct {
+	EndSec          float64 `json:"end_sec"`
+	InsertedPerSec  float64 `json:"inserted_per_sec"`
+	CompletedPerSec float64 `json:"completed_per_sec"`
+	// DeletedPerSec is the rows deleted from fila_jobs in the window (the
+	// retention's work), from pg_stat_user_tables.
+	DeletedPerSec float64 `json:"deleted_per_sec"`
+	PickedUp      int     `json:"picked_up"`
+	P50Ms         float64 `json:"p50_ms"`
+	P99Ms         float64 `json:"p99_ms"`
+	// TableBytes is pg_total_relation_size('fila_jobs') (heap, indexes,
+	// TOAST); IndexBytes is pg_indexes_size('fila_jobs').
+	TableBytes int64 `json:"table_bytes"`
+	IndexBytes int64 `json:"index_bytes"`
+	// LiveRows and DeadRows are the statistics' estimates.
+	LiveRows int64 `json:"live_rows"`
+	DeadRows int64 `json:"dead_rows"`
+}
+
+// BigTableResult is pickup latency on an empty jobs table and again on the
+// same table after it was seeded with a long completed history and a large
+// backlog scheduled in the future, none of which the claim should read.
+type BigTableResult struct {
+	Empty LatencyResult `json:"empty"`
+	Big   LatencyResult `json:"big"`
+	// Completed and Scheduled are the seeded rows, counted in the table
+	// after seeding.
+	Completed   int64   `json:"completed"`
+	Scheduled   int64   `json:"scheduled"`
+	SeedSeconds float64 `json:"seed_seconds"` // seeding and VACUUM ANALYZE
+	TableBytes  int64   `json:"table_bytes"`  // pg_total_relation_size after seeding
+}
+
+// BulkResult is one large batch enqueued with Fila's InsertMany next to a
+// COPY of the same rows into the same table: the floor of a bulk insert.
+type BulkResult struct {
+	Jobs             int     `json:"jobs"`
+	Rounds           int     `json:"rounds"` // the best round of each is kept
+	InsertManySec    float64 `json:"insert_many_sec"`
+	InsertManyPerSec float64 `json:"insert_many_per_sec"`
+	CopySec          float64 `json:"copy_sec"`
+	CopyPerSec       float64 `json:"copy_per_sec"`
 }

@@ -19,6 +19,9 @@ FROM fila_heartbeat($1::bigint[], $2::int[], $3::timestamptz[], $4::float8)`
 
 	sqlRelease = `SELECT fila_release($1::bigint[], $2::int[], $3::timestamptz[], $4::text)`
 
+	sqlSleep = `SELECT fila_sleep($1::text, $2::text)`
+	sqlWake  = `DELETE FROM fila_sleepers WHERE queue = $1::text AND worker = $2::text`
+
 	// sqlCompleteTx runs in the caller's transaction, so it is a plain
 	// statement: its plan is the caller's connection's business.
 	sqlCompleteTx = `UPDATE fila_jobs

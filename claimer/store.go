@@ -345,3 +345,25 @@ func (s *Store) DeleteFinished(ctx context.Context, state string, olderThan time
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func fromMs(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// Sleep records that worker sleeps on queue, waiting for a notification, if
+// no producer transaction on the queue is in flight; it reports whether it
+// did. Producers notify only while some worker sleeps on the queue: after
+// true, claim once more before waiting (what committed before is seen by
+// that claim, what commits after is notified); after false, keep polling.
+func (s *Store) Sleep(ctx context.Context, queue, worker string) (bool, error) {
+	var slept bool
+	if err := s.db.QueryRow(ctx, sqlSleep, queue, worker).Scan(&slept); err != nil {
+		return false, fmt.Errorf("sleep on queue %s: %w", queue, err)
+	}
+	return slept, nil
+}
+
+// Wake records that worker no longer sleeps on queue: producers may stop
+// notifying it, so it must poll until it sleeps again.
+func (s *Store) Wake(ctx context.Context, queue, worker string) error {
+	if _, err := s.db.Exec(ctx, sqlWake, queue, worker); err != nil {
+		return fmt.Errorf("wake on queue %s: %w", queue, err)
+	}
+	return nil
+}

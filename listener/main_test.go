@@ -34,6 +34,10 @@ func newDB(t *testing.T) *testdb.DB {
 	db := testdb.New(t)
 	_, err := migrations.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
+	// No runtime records itself asleep here: these listeners want every
+	// notification, as any program that LISTENs by itself does.
+	_, err = db.Pool.Exec(context.Background(), `INSERT INTO fila_sleepers (queue, worker) VALUES ('*', 'listener-test')`)
+	require.NoError(t, err)
 	return db
 }
 

@@ -37,6 +37,8 @@ func TestSourcesSurvivePostgresRestart(t *testing.T) {
 	defer pool.Close()
 	_, err = migrations.Migrate(ctx, pool)
 	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO fila_sleepers (queue, worker) VALUES ('*', 'listener-test')`)
+	require.NoError(t, err)
 
 	l := newListener(t, Config{DSN: dsn, ReconnectMax: 500 * time.Millisecond})
 	w := newWAL(t, WALConfig{DSN: dsn, ReconnectMax: 500 * time.Millisecond})

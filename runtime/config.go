@@ -41,6 +41,7 @@ const (
 	LeaseMax             = time.Hour
 	ClaimBatchDefault    = 1000
 	ClaimBatchMax        = 10000
+	BusyRateDefault      = 200
 	RetryBaseDefault     = time.Second
 	RetryMaxDefault      = time.Hour
 	RetentionDefault     = 24 * time.Hour
@@ -159,6 +160,14 @@ type Config struct {
 	// PollMax caps ModePoll's idle backoff. Defaults to PollMaxDefault;
 	// allowed PollMin to SafetyPollMax.
 	PollMax time.Duration
+	// BusyRate is, in ModeNotify, how many jobs a second a queue's
+	// notifications must bring before this worker stops waiting for them and
+	// polls the queue instead, until it runs dry. Producers notify a queue
+	// only while some worker waits for notifications on it, and a notifying
+	// commit takes an instance-wide lock: under load, they then commit
+	// without it. Defaults to BusyRateDefault; negative: always wait for
+	// notifications (producers always notify).
+	BusyRate int
 	// ClaimBatch caps the jobs one claim statement takes. Defaults to
 	// ClaimBatchDefault; allowed 1 to ClaimBatchMax.
 	ClaimBatch int
@@ -236,6 +245,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = ClaimBatchDefault
+	}
+	if c.BusyRate == 0 {
+		c.BusyRate = BusyRateDefault
 	}
 	if c.RetryBase == 0 {
 		c.RetryBase = RetryBaseDefault

@@ -27,6 +27,15 @@ type producer struct {
 
 	running atomic.Int32
 	freed   chan struct{} // a handler of this queue returned; capacity 1
+
+	// ModeNotify's sleeping and polling, used by run's goroutine only.
+	quiet       bool        // the mode in which producers notify only sleepers
+	asleep      bool        // this worker's row in fila_sleepers exists
+	busyPoll    *time.Timer // the next poll while not asleep
+	pollEvery   time.Duration
+	empties     int // empty claims in a row while polling
+	windowStart time.Time
+	windowJobs  int // jobs claimed on notifications in the second since windowStart
 }
 
 func newProducer(rt *Runtime, queue string) (*producer, error) {
@@ -35,8 +44,23 @@ func newProducer(rt *Runtime, queue string) (*producer, error) {
 		return nil, err
 	}
 	return &producer{rt: rt, queue: queue, limit: rt.cfg.concurrency(queue), poller: poller,
-		log: rt.log.With(zap.String("queue", queue)), freed: make(chan struct{}, 1)}, nil
+		log: rt.log.With(zap.String("queue", queue)), freed: make(chan struct{}, 1),
+		quiet: rt.cfg.Mode == ModeNotify, pollEvery: busyPollMin}, nil
 }
+
+// Sleeping and polling in ModeNotify (see migration 0005): producers
+// notify a queue only while some worker sleeps on it. A producer sleeps
+// (waits for notifications) while jobs come slowly; when the claims that
+// notifications woke take more than Config.BusyRate jobs a second (the
+// notifications themselves are coalesced), it stops sleeping, so producers
+// stop paying for NOTIFY, and polls instead: busyPollMin after a claim that
+// found jobs, doubling up to busyPollMax after empty ones, and after
+// busyEmptyPolls empty claims in a row it tries to sleep again.
+const (
+	busyPollMin    = time.Millisecond
+	busyPollMax    = 100 * time.Millisecond
+	busyEmptyPolls = 6
+)
 
 // run claims until ctx ends. claimedOnce is called after the first claim.
 func (p *producer) run(ctx context.Context, claimedOnce func()) error {
@@ -54,6 +78,11 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	errBackoff.InitialInterval = 100 * time.Millisecond
 	errBackoff.MaxInterval = 5 * time.Second
 	errBackoff.MaxElapsedTime = 0
+	p.busyPoll = time.NewTimer(time.Hour)
+	p.busyPoll.Stop()
+	defer p.busyPoll.Stop()
+	p.empties = busyEmptyPolls // try to sleep after the first empty claim
+	defer p.forgetSleep()
 	// A claim of one job per freed slot would cost a statement per job under
 	// load; once busy, wait until a tenth of the slots are free.
 	threshold := max(1, p.limit/10)
@@ -64,11 +93,7 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 			running := int(p.running.Load())
 			if free := p.limit - running; free > 0 && (free >= threshold || running == 0) {
 				obs.Woken(p.queue, reason)
-				more, err := p.claim(ctx, free)
-				if first {
-					first = false
-					claimedOnce()
-				}
+				found, more, err := p.claim(ctx, free)
 				switch {
 				case ctx.Err() != nil:
 					return nil
@@ -84,6 +109,13 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 				default:
 					errBackoff.Reset()
 					dirty = more
+					if p.quiet {
+						dirty = p.settle(ctx, found, more, reason == WakeNotify) || dirty
+					}
+				}
+				if first {
+					first = false
+					claimedOnce()
 				}
 				// Claiming again at once means work was left, which a handler
 				// finishing (or the claim itself) revealed.
@@ -101,16 +133,92 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 			if why == fallbackpoll.ReasonDue {
 				reason = WakeTimer
 			}
+		case <-p.busyPoll.C:
+			dirty, reason = true, WakePoll
 		case <-p.freed:
 			reason = WakeSlot
 		}
 	}
 }
 
+// settle decides, after a claim in ModeNotify, between sleeping and
+// polling, and reports whether to claim again at once.
+func (p *producer) settle(ctx context.Context, found int, more, byNotify bool) (claimNow bool) {
+	store, worker := p.rt.store, p.rt.registry.id
+	if p.asleep {
+		if !byNotify {
+			return false
+		}
+		now := time.Now()
+		if now.Sub(p.windowStart) > time.Second {
+			p.windowStart, p.windowJobs = now, 0
+		}
+		p.windowJobs += found
+		if p.rt.cfg.BusyRate < 0 || p.windowJobs <= p.rt.cfg.BusyRate {
+			return false
+		}
+		// Producers commit faster than notifications are worth: poll.
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := store.Wake(cctx, p.queue, worker)
+		cancel()
+		if err != nil {
+			// Still recorded as sleeping: producers keep notifying, which
+			// loses nothing.
+			p.log.Warn("cannot stop sleeping; notifications keep coming", zap.Error(err))
+			return false
+		}
+		p.asleep, p.empties, p.pollEvery = false, 0, busyPollMin
+		p.log.Debug("polling: jobs come faster than notifications are worth", zap.Int("jobs_per_second", p.windowJobs))
+		p.busyPoll.Reset(p.pollEvery)
+		return false
+	}
+	if more {
+		return true
+	}
+	if found > 0 {
+		p.empties, p.pollEvery = 0, busyPollMin
+		p.busyPoll.Reset(p.pollEvery)
+		return false
+	}
+	p.empties++
+	if p.empties >= busyEmptyPolls {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		slept, err := store.Sleep(cctx, p.queue, worker)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("cannot sleep; polling on", zap.Error(err))
+		}
+		if err == nil && slept {
+			p.asleep = true
+			p.windowStart, p.windowJobs = time.Now(), 0
+			p.busyPoll.Stop()
+			p.log.Debug("sleeping: waiting for notifications")
+			return true // once more: what committed before sleeping is seen now
+		}
+	}
+	p.pollEvery = min(2*p.pollEvery, busyPollMax)
+	p.busyPoll.Reset(p.pollEvery)
+	return false
+}
+
+// forgetSleep deletes this worker's sleeping row of the queue when the
+// producer stops (the registry deletes the rest at a clean stop).
+func (p *producer) forgetSleep() {
+	if !p.asleep {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.rt.store.Wake(ctx, p.queue, p.rt.registry.id); err != nil {
+		p.log.Debug("cannot delete the sleeping row", zap.Error(err))
+	}
+	p.asleep = false
+}
+
 // claim claims up to free jobs (fewer if the batch or the runtime's total
-// caps it) and dispatches them; it reports whether there may be more work
-// right now.
-func (p *producer) claim(ctx context.Context, free int) (more bool, err error) {
+// caps it) and dispatches them; it reports how many it found and whether
+// there may be more work right now.
+func (p *producer) claim(ctx context.Context, free int) (found int, more bool, err error) {
 	rt := p.rt
 	want := min(free, rt.cfg.ClaimBatch)
 	n := want
@@ -118,7 +226,7 @@ func (p *producer) claim(ctx context.Context, free int) (more bool, err error) {
 		// Queues wait for the shared total in turn (the semaphore is FIFO):
 		// one slot blocking, then as many more as are free and not awaited.
 		if err := rt.total.Acquire(ctx, 1); err != nil {
-			return false, nil
+			return 0, false, nil
 		}
 		n = 1
 		for n < want && rt.total.TryAcquire(1) {
@@ -137,7 +245,7 @@ func (p *producer) claim(ctx context.Context, free int) (more bool, err error) {
 		if rt.total != nil {
 			rt.total.Release(int64(n))
 		}
-		return true, err
+		return 0, true, err
 	}
 	if rt.total != nil && len(res.Jobs) < n {
 		rt.total.Release(int64(n - len(res.Jobs)))
@@ -161,7 +269,7 @@ func (p *producer) claim(ctx context.Context, free int) (more bool, err error) {
 	if !more && res.HasNextDue {
 		p.poller.DueWithin(res.NextDue)
 	}
-	return more, nil
+	return len(res.Jobs), more, nil
 }
 
 // dispatch hands one claimed attempt to the completer, which owns it from

@@ -35,6 +35,8 @@ ON CONFLICT (id) DO UPDATE SET wake_source = EXCLUDED.wake_source, wake_error = 
 	sqlForgetWorkers = `DELETE FROM fila_workers WHERE last_seen_at < now() - make_interval(secs => $1::float8)`
 
 	sqlRemoveWorker = `DELETE FROM fila_workers WHERE id = $1::text`
+
+	sqlForgetSleepers = `DELETE FROM fila_sleepers s WHERE NOT EXISTS (SELECT 1 FROM fila_workers w WHERE w.id = s.worker)`
 )
 
 // wakeState is how the worker's wake source is doing, as fila_workers
@@ -117,6 +119,11 @@ func (g *registry) touch(ctx context.Context) {
 	}
 	if _, err := g.rt.control.Exec(ctx, sqlMinutesForget, minutesKeep.Seconds()); err != nil && ctx.Err() == nil {
 		g.log.Warn("cannot delete old rows of fila_minutes", zap.Error(err))
+	}
+	// A worker that died asleep leaves its rows: producers notify for
+	// nobody until they are gone, which costs time but loses nothing.
+	if _, err := g.rt.control.Exec(ctx, sqlForgetSleepers); err != nil && ctx.Err() == nil {
+		g.log.Warn("cannot forget the sleeping rows of workers gone", zap.Error(err))
 	}
 }
 

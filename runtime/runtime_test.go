@@ -122,7 +122,10 @@ func TestInsertManyOneStatement(t *testing.T) {
 	for i := range jobs {
 		jobs[i] = runtime.InsertParams{Kind: "k", Payload: map[string]int{"i": i}, InsertOpts: runtime.InsertOpts{Priority: int16(i % 3)}}
 	}
-	// Count notifications: one statement must send one, not 5000.
+	// Count notifications: one statement must send one, not 5000. No worker
+	// runs, so this listener says it sleeps, as any program of its own would.
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_sleepers (queue, worker) VALUES ('*', 'test')`)
+	require.NoError(t, err)
 	conn, err := pgx.Connect(ctx, db.DirectDSN)
 	require.NoError(t, err)
 	defer conn.Close(ctx)

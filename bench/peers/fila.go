@@ -17,8 +17,8 @@ import (
 )
 
 // runFila runs Fila's own benchmark, `go run ./cmd/fila bench`, from the
-// repository root with the same rates, duration and drain size, and reads
-// the JSON it writes. It runs after the peers, never beside them, so neither
+// repository root with the same rates, duration and drain size and the
+// scenarios the goals need, and reads the JSON it writes. It runs after the peers, never beside them, so neither
 // competes with the other for the machine. Its progress and tables go to
 // stderr; the merged comparison is printed on stdout afterwards.
 func runFila(ctx context.Context, o options, log *zap.Logger) (*results, error) {
@@ -47,7 +47,7 @@ func runFila(ctx context.Context, o options, log *zap.Logger) (*results, error) 
 	}
 	args := []string{"run", "./cmd/fila", "bench",
 		"--json", path,
-		"--scenarios", "latency,drain",
+		"--scenarios", o.filaScenarios,
 		"--rates", strings.Join(rates, ","),
 		"--duration", o.duration.String(),
 		"--drain-jobs", strconv.Itoa(o.drainJobs),

@@ -94,8 +94,11 @@ func producersFor(rate int) int { return min(max(rate/100, 2), 10) }
 // loop: a scheduler releases job i at start + i/rate whatever the producers
 // are doing, and a slow commit delays the jobs behind it without lowering
 // the rate the scheduler asks for. It returns when every job has been
-// attempted, with how far behind schedule the last one was committed.
-func produce(ctx context.Context, pool *pgxpool.Pool, p peer, rec *recorder, rate, n, producers int, log *zap.Logger) (lag time.Duration, err error) {
+// attempted, with how far behind schedule the last one was committed and
+// the rate the producers reached: the jobs committed over the time from the
+// first job's due time to the last commit plus one interval, which is the
+// asked rate when every commit is on time.
+func produce(ctx context.Context, pool *pgxpool.Pool, p peer, rec *recorder, rate, n, producers int, log *zap.Logger) (lag time.Duration, reached float64, err error) {
 	due := make(chan int, n) // buffered for every job: the scheduler never waits
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
@@ -142,13 +145,15 @@ func produce(ctx context.Context, pool *pgxpool.Pool, p peer, rec *recorder, rat
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if rec.inserted.Load() == 0 && firstErr != nil {
-		return 0, fmt.Errorf("no job inserted: %w", firstErr)
+		return 0, 0, fmt.Errorf("no job inserted: %w", firstErr)
 	}
+	last := time.Duration(lastCommit.Load())
+	reached = float64(rec.inserted.Load()) / (last + interval).Seconds()
 	scheduled := time.Duration(n-1) * interval
-	return time.Duration(lastCommit.Load()) - scheduled, nil
+	return last - scheduled, reached, nil
 }
 
 // insertOne inserts job seq in a transaction of its own and commits it,
@@ -228,13 +233,13 @@ func (r *runner) runLatency(ctx context.Context, s spec, rate int, duration time
 		return res, ctx.Err()
 	}
 
-	lag, err := produce(ctx, prodPool, p, rec, rate, n, producers, log)
+	lag, reached, err := produce(ctx, prodPool, p, rec, rate, n, producers, log)
 	if err != nil {
 		return res, err
 	}
 	if lag > duration/10+50*time.Millisecond {
 		log.Warn("producers fell behind the target rate; latencies are still per job, but the load was lower",
-			zap.Duration("last_commit_late_by", lag))
+			zap.Duration("last_commit_late_by", lag), zap.Float64("reached_per_sec", reached))
 	}
 
 	deadline := time.Now().Add(lostAfter)
@@ -246,7 +251,7 @@ func (r *runner) runLatency(ctx context.Context, s spec, rate int, duration time
 		}
 	}
 	res = rec.result()
-	res.System, res.Mode, res.RatePerSec = s.system, s.mode, rate
+	res.System, res.Mode, res.RatePerSec, res.AchievedPerSec = s.system, s.mode, rate, reached
 	if f := rec.failed.Load(); f > 0 {
 		log.Warn("some inserts failed and are not counted", zap.Int64("failed", f))
 	}

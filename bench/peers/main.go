@@ -26,23 +26,28 @@ import (
 	"github.com/fila-run/fila/bench"
 )
 
+// filaScenariosDefault are the scenarios of `fila bench` whose figures the
+// goals read (all but producers, steady and the minutes-long soak).
+const filaScenariosDefault = "latency,floor,drain,sqlfloor,idle,bigtable"
+
 // defaultDSN is used when neither --dsn, FILA_DSN nor DATABASE_URL says otherwise.
 const defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres"
 
 // options are the command line's settings.
 type options struct {
-	dsn        string
-	rates      []int
-	duration   time.Duration
-	drainJobs  int
-	gueWorkers int
-	scenarios  map[string]bool
-	systems    map[string]bool
-	jsonPath   string
-	chartPath  string
-	withFila   bool
-	filaModes  string
-	repoRoot   string
+	dsn           string
+	rates         []int
+	duration      time.Duration
+	drainJobs     int
+	gueWorkers    int
+	scenarios     map[string]bool
+	systems       map[string]bool
+	jsonPath      string
+	chartPath     string
+	withFila      bool
+	filaModes     string
+	filaScenarios string
+	repoRoot      string
 }
 
 // runner carries what every scenario needs.
@@ -235,7 +240,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "write all results, Fila's included, to this JSON file")
 	fs.StringVar(&o.chartPath, "chart", "", "write the latency CDF chart to this SVG file (and one per rate beside it)")
 	fs.BoolVar(&o.withFila, "with-fila", true, "also run `go run ./cmd/fila bench` from the repository root and compare")
-	fs.StringVar(&o.filaModes, "fila-modes", "notify,poll-50ms", "Fila runtime modes for --with-fila (its --modes); empty for all of fila bench's")
+	fs.StringVar(&o.filaModes, "fila-modes", "notify,wal,poll-50ms", "Fila runtime modes for --with-fila (its --modes); empty for all of fila bench's")
+	fs.StringVar(&o.filaScenarios, "fila-scenarios", filaScenariosDefault, "Fila's scenarios for --with-fila (its --scenarios): by default those the goals read")
 	fs.StringVar(&o.repoRoot, "repo", "../..", "the Fila repository root, for --with-fila")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -19,13 +19,23 @@ import (
 	"github.com/fila-run/fila/bench/report"
 )
 
-// results is the JSON shape shared with `fila bench --json` (which adds
-// scenarios the peers do not run), so one reader handles both files and the
-// merged one.
+// results is the JSON shape shared with `fila bench --json`, so one reader
+// handles both files and the merged one. Idle, BigTable and Soak come only
+// from Fila's run; the goals read them.
 type results struct {
 	Machine    machine                  `json:"machine"`
 	Latency    []bench.LatencyResult    `json:"latency"`
 	Throughput []bench.ThroughputResult `json:"throughput"`
+	Idle       []bench.IdleResult       `json:"idle,omitempty"`
+	BigTable   *bench.BigTableResult    `json:"bigtable,omitempty"`
+	Soak       *bench.SoakResult        `json:"soak,omitempty"`
+	// Goals are judged on this file's rows alone, so on figures of one run.
+	Goals []report.Goal `json:"goals,omitempty"`
+}
+
+// goalInput is what the goals are judged on.
+func (r *results) goalInput() report.GoalInput {
+	return report.GoalInput{Latency: r.Latency, Throughput: r.Throughput, Idle: r.Idle, Soak: r.Soak, BigTable: r.BigTable}
 }
 
 // machine is where results were measured. It is written as `fila bench`
@@ -68,6 +78,7 @@ func (r *results) merge(fila *results) *results {
 	if fila != nil {
 		m.Latency = append(m.Latency, fila.Latency...)
 		m.Throughput = append(m.Throughput, fila.Throughput...)
+		m.Idle, m.BigTable, m.Soak = fila.Idle, fila.BigTable, fila.Soak
 	}
 	m.Latency = append(m.Latency, r.Latency...)
 	m.Throughput = append(m.Throughput, r.Throughput...)
@@ -118,6 +129,10 @@ func printResults(w io.Writer, peers, fila *results, filaNote string) error {
 		if err := report.ThroughputTable(&b, all.Throughput); err != nil {
 			return err
 		}
+	}
+	b.WriteString("\nGoals (this run's figures only: the peers above and Fila's bench run just after them)\n")
+	if err := report.WriteGoals(&b, report.Goals(all.goalInput())); err != nil {
+		return err
 	}
 	_, err := w.Write(b.Bytes())
 	return err
@@ -213,6 +228,7 @@ func comparisonTables(w io.Writer, peers, fila *results) error {
 }
 
 func writeJSON(path string, r *results) error {
+	r.Goals = report.Goals(r.goalInput())
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -42,6 +44,10 @@ func TestLatencyScenarios(t *testing.T) {
 			require.Equal(t, s.mode, res.Mode)
 			require.Equal(t, rate, res.RatePerSec)
 			require.Positive(t, res.Count)
+			// Measured, so just under the asked rate when on time, and
+			// never far above it: jobs are released on schedule.
+			require.Positive(t, res.AchievedPerSec)
+			require.LessOrEqual(t, res.AchievedPerSec, 1.01*rate)
 			require.Zero(t, res.Lost, "jobs inserted but not started within %s", lostAfter)
 			require.Len(t, res.SamplesMs, res.Count)
 			require.Positive(t, res.P50Ms)
@@ -125,6 +131,48 @@ func TestComparisonRatios(t *testing.T) {
 	require.NoError(t, printResults(&out, peers, nil, "Fila's own benchmark was not run (test)."))
 	require.Contains(t, out.String(), "Note: Fila's own benchmark was not run (test).")
 	require.NotContains(t, out.String(), "vs fila")
+}
+
+func TestGoalsFromOneRun(t *testing.T) {
+	peers := &results{
+		Machine: machine{text: "test machine"},
+		Latency: []bench.LatencyResult{
+			{System: "river", Mode: "default", RatePerSec: 100, Count: 500, P50Ms: 40, P99Ms: 100},
+			{System: "river", Mode: "tuned-10ms", RatePerSec: 100, Count: 500, P50Ms: 5, P99Ms: 8},
+		},
+		Throughput: []bench.ThroughputResult{{System: "river", Mode: "tuned-500w-1ms", Jobs: 1000, Workers: 500, Seconds: 0.1, JobsPerSec: 10000}},
+	}
+	fila := &results{
+		Latency: []bench.LatencyResult{
+			{System: "floor", Mode: "listen+claim", RatePerSec: 100, Count: 500, P50Ms: 2, P99Ms: 4},
+			{System: "fila", Mode: "notify", RatePerSec: 100, Count: 500, P50Ms: 2.5, P99Ms: 10},
+		},
+		Throughput: []bench.ThroughputResult{{System: "fila", Mode: "drain", Jobs: 1000, Workers: 16, Seconds: 0.05, JobsPerSec: 20000}},
+		Idle:       []bench.IdleResult{{System: "fila", Mode: "notify", Seconds: 10, Transactions: 1, SafetyPollSec: 30, PingSec: 10}},
+	}
+	var out bytes.Buffer
+	require.NoError(t, printResults(&out, peers, fila, ""))
+	s := out.String()
+	require.Contains(t, s, "notify p50 at 100/s ≤ River tuned's: met (2.50 ms vs river tuned-10ms 5.00 ms, 0.50×)")
+	require.Contains(t, s, "notify p99 at 100/s ≤ River tuned's: MISSED (10.0 ms vs river tuned-10ms 8.00 ms, 1.25×)")
+	require.Contains(t, s, "notify p50 at 100/s ≤ 1.3× the listen+claim floor's: met (2.50 ms vs floor 2.00 ms, 1.25×)")
+	require.Contains(t, s, "drain ≥ 1.5× River's best tuned drain: met (20000/s vs river tuned-500w-1ms 10000/s, 2.00×)")
+	require.Contains(t, s, "idle notify worker: at most one query per safety poll plus keep-alives: met")
+	require.Contains(t, s, "drain ≥ 50% of the raw SQL floor: not measured")
+
+	// Without Fila's run there is nothing to compare the peers with.
+	out.Reset()
+	require.NoError(t, printResults(&out, peers, nil, "not run"))
+	require.Contains(t, out.String(), "notify p50 at 100/s ≤ River tuned's: not measured")
+
+	path := filepath.Join(t.TempDir(), "merged.json")
+	require.NoError(t, writeJSON(path, peers.merge(fila)))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var back results
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Len(t, back.Idle, 1, "Fila's idle rows survive the merge")
+	require.NotEmpty(t, back.Goals)
 }
 
 func TestResultsMachineObjectOrString(t *testing.T) {

@@ -124,18 +124,23 @@ func Ratio(a, b float64) string {
 }
 
 // LatencyTable writes one row per pickup-latency scenario, percentiles in
-// milliseconds. It reads the percentile fields as they are: call Fill first
+// milliseconds, with the rate asked of the producers and the rate they
+// reached ("—" when not recorded). It reads the percentile fields as they are: call Fill first
 // on results that only carry samples.
 func LatencyTable(w io.Writer, results []bench.LatencyResult) error {
 	t := Table{
 		Title:      "Pickup latency (ms)",
-		Header:     []string{"system", "mode", "rate/s", "count", "lost", "p50", "p90", "p99", "p99.9", "max"},
-		AlignRight: []bool{false, false, true, true, true, true, true, true, true, true},
+		Header:     []string{"system", "mode", "rate/s", "reached/s", "count", "lost", "p50", "p90", "p99", "p99.9", "max"},
+		AlignRight: []bool{false, false, true, true, true, true, true, true, true, true, true},
 	}
 	for _, r := range results {
+		reached := "—"
+		if r.AchievedPerSec > 0 {
+			reached = strconv.FormatFloat(r.AchievedPerSec, 'f', 0, 64)
+		}
 		t.Rows = append(t.Rows, []string{
 			r.System, r.Mode,
-			strconv.Itoa(r.RatePerSec), strconv.Itoa(r.Count), strconv.Itoa(r.Lost),
+			strconv.Itoa(r.RatePerSec), reached, strconv.Itoa(r.Count), strconv.Itoa(r.Lost),
 			FormatMs(r.P50Ms), FormatMs(r.P90Ms), FormatMs(r.P99Ms), FormatMs(r.P999Ms), FormatMs(r.MaxMs),
 		})
 	}

@@ -45,15 +45,15 @@ func TestLatencyTable(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
 	require.NoError(t, report.LatencyTable(&b, []bench.LatencyResult{
-		{System: "fila", Mode: "notify", RatePerSec: 1000, Count: 60000, P50Ms: 0.8123, P90Ms: 1.234, P99Ms: 3.456, P999Ms: 12.34, MaxMs: 104.6},
+		{System: "fila", Mode: "notify", RatePerSec: 1000, AchievedPerSec: 987.6, Count: 60000, P50Ms: 0.8123, P90Ms: 1.234, P99Ms: 3.456, P999Ms: 12.34, MaxMs: 104.6},
 		{System: "river", Mode: "default", RatePerSec: 100, Count: 6000, Lost: 2, P50Ms: 512, P90Ms: 901.2, P99Ms: 990, P999Ms: 999.94, MaxMs: 1503},
 	}))
 	require.Equal(t, ""+
 		"Pickup latency (ms)\n"+
-		"system  mode     rate/s  count  lost   p50   p90   p99  p99.9   max\n"+
-		"------  -------  ------  -----  ----  ----  ----  ----  -----  ----\n"+
-		"fila    notify     1000  60000     0  0.81  1.23  3.46   12.3   105\n"+
-		"river   default     100   6000     2   512   901   990   1000  1503\n", b.String())
+		"system  mode     rate/s  reached/s  count  lost   p50   p90   p99  p99.9   max\n"+
+		"------  -------  ------  ---------  -----  ----  ----  ----  ----  -----  ----\n"+
+		"fila    notify     1000        988  60000     0  0.81  1.23  3.46   12.3   105\n"+
+		"river   default     100          —   6000     2   512   901   990   1000  1503\n", b.String())
 }
 
 func TestThroughputTable(t *testing.T) {

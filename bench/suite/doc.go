@@ -7,17 +7,34 @@
 //
 //   - latency: pickup latency at steady insert rates, one job per
 //     transaction, open loop, for each runtime mode (notify, poll-50ms,
-//     poll-200ms, poll-1s, wal), from just before COMMIT to the handler's
-//     first line, on one monotonic clock;
+//     poll-200ms, poll-1s, wal — the last with the insert trigger's NOTIFY
+//     off, as the README says to run it), from just before COMMIT to the
+//     handler's first line, on one monotonic clock, with the commit rate
+//     the producers really reached;
 //   - floor: the same producer against a bare LISTEN connection (the
-//     notification arrives) and a bare LISTEN plus one claim statement (the
-//     claimer's SQL returns the job): what any NOTIFY-woken worker is
-//     bounded by, so Fila's overhead is its latency over it;
+//     notification arrives) and a bare LISTEN plus the minimal one-row
+//     claim, prepared, on a direct connection, repeated until the queue is
+//     empty: the simplest correct NOTIFY-woken worker, so Fila's overhead is
+//     its latency over it;
 //   - drain, steady, sqlfloor: no-op jobs per second from a backlog, with
-//     producers running at once, and from the claim and complete SQL alone;
+//     producers running at once, and from a minimal prepared batch claim
+//     and one fenced UPDATE alone;
 //   - idle: transactions and backend CPU an idle worker costs its database;
 //   - producers: commits per second of concurrent single-row producers with
-//     the NOTIFY trigger on and off (the instance-wide commit lock).
+//     the NOTIFY trigger on and off (the instance-wide commit lock);
+//   - bigtable: pickup latency on an empty table and on the same table
+//     seeded with a large completed history and a large backlog scheduled
+//     in the future;
+//   - bulk: runtime.InsertMany of a large batch next to a COPY of the same
+//     rows;
+//   - soak (not run by default): minutes of steady inserts with short
+//     retention, window by window: pickup p50/p99, throughput, deletions
+//     and the table's size.
+//
+// The goals (report.Goals) are judged on the figures of one run only. With
+// Options.PeersDir the bench/peers module runs River after Fila's
+// scenarios, on the same server, and its rows join the results; without
+// it, every comparison with River is "not measured".
 //
 // It is a package of its own rather than part of package bench because
 // bench/report, which it uses for tables, percentiles and charts, imports

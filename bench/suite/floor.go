@@ -8,118 +8,153 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fila-run/fila/bench"
 	"github.com/fila-run/fila/internal/channel"
-	"github.com/fila-run/fila/internal/pgconfig"
-	"github.com/fila-run/fila/runtime"
 )
 
 // Floor modes: what the latency of any NOTIFY-woken worker is bounded by.
 const (
-	SystemFloor      = "floor"
-	FloorListen      = "listen"       // the notification arrives
-	FloorNotifyClaim = "notify+claim" // ... and one claim statement returns the job
+	SystemFloor      = bench.SystemFloor
+	FloorListen      = bench.FloorListen      // the notification arrives
+	FloorListenClaim = bench.FloorListenClaim // ... and the minimal claim returns the job
 )
-
-// claimSQL is the runtime's claim, called as the runtime calls it:
-// $1 queue, $2 kinds, $3 batch limit, $4 lease in milliseconds, and no
-// concurrency limits; one row per job, then a summary row with a NULL id.
-const claimSQL = `SELECT * FROM fila_claim($1::text, $2::text[], $3::int, $4::float8, '{}', '{}', '{}')`
 
 // floorLease is the lease the floor's claims take: longer than any run, so
 // nothing it claimed is rescued while it runs.
 const floorLease = time.Minute
 
-// runFloor measures the physical floor at one rate in a fresh database: a
-// bare connection LISTENing on the queue's channel and, with claim, one
-// claim statement (the claimer's own SQL) run on a pooled connection the
-// moment each notification arrives. No runtime code runs in between.
-func (s *suite) runFloor(ctx context.Context, claim bool, rate int) (res bench.LatencyResult, err error) {
-	mode := FloorListen
-	if claim {
-		mode = FloorNotifyClaim
-	}
+// floorClaimStmt names the floor's prepared claim on its connection.
+const floorClaimStmt = "fila_bench_floor_claim"
+
+// floorQueue is the queue every scenario inserts into.
+const floorQueue = "default"
+
+// runFloor measures one floor at one rate in a fresh database: a bare
+// connection LISTENing on the queue's channel and, for FloorListenClaim, the
+// minimal one-row claim run on a direct connection of its own the moment
+// each notification arrives, until the queue is empty. Nothing of the
+// runtime runs in between.
+func (s *suite) runFloor(ctx context.Context, mode string, rate int) (res bench.LatencyResult, err error) {
 	db, err := s.srv.fresh(ctx)
 	if err != nil {
 		return res, err
 	}
 	defer func() { err = errors.Join(err, db.drop()) }()
 
-	connCfg, err := pgconfig.Conn(db.dsn)
+	conn, err := listenConn(ctx, db.dsn, floorQueue)
 	if err != nil {
 		return res, err
 	}
-	conn, err := pgx.ConnectConfig(ctx, connCfg)
-	if err != nil {
-		return res, fmt.Errorf("listen connection: %w", err)
-	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	ch, _ := channel.ForQueue("default")
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-		return res, fmt.Errorf("listen: %w", err)
-	}
-	var pool *pgxpool.Pool
-	if claim {
-		if pool, err = db.pool(ctx, 1); err != nil {
+	var claim *floorClaimer
+	if mode == FloorListenClaim {
+		if claim, err = newFloorClaimer(ctx, db.dsn); err != nil {
 			return res, err
 		}
-		defer pool.Close()
+		defer claim.close(context.WithoutCancel(ctx))
 	}
 
 	rec := newRecorder(s.jobsFor(rate))
 	lctx, stopListening := context.WithCancel(ctx)
 	listenErr := make(chan error, 1)
-	go func() { listenErr <- floorLoop(lctx, conn, pool, rec) }()
+	go func() { listenErr <- floorLoop(lctx, conn, claim, rec.pickedUp) }()
 	defer func() {
 		stopListening()
 		if lerr := <-listenErr; lerr != nil && !errors.Is(lerr, context.Canceled) {
 			err = errors.Join(err, lerr)
 		}
 	}()
-	return s.measure(ctx, db, rec, SystemFloor, mode, rate)
+	return s.measure(ctx, db, rec, SystemFloor, mode, rate, ScenarioLatency)
 }
 
-// floorLoop reads notifications until ctx ends. Without a pool each
-// notification's payload, the job id, is the pick-up; with one, a claim of
-// the queue's head is, when it returns.
-func floorLoop(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool, rec *recorder) error {
-	lease := float64(floorLease / time.Millisecond)
-	ids := make([]int64, 0, runtime.ConcurrencyDefault)
+// listenConn opens a direct connection and LISTENs on queue's channel.
+func listenConn(ctx context.Context, dsn, queue string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DSN: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("listen connection: %w", err)
+	}
+	ch, err := channel.ForQueue(queue)
+	if err == nil {
+		// Producers notify only while someone says it sleeps on the queue
+		// (migration 0005), as a program that LISTENs by itself does.
+		_, err = conn.Exec(ctx, `INSERT INTO fila_sleepers (queue, worker) VALUES ($1::text, 'bench-floor')
+			ON CONFLICT DO NOTHING`, queue)
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize())
+	}
+	if err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return conn, nil
+}
+
+// floorClaimer runs the minimal claim as a named prepared statement on a
+// direct connection of its own: parsed and planned once, one round trip per
+// job, no pool in between.
+type floorClaimer struct {
+	conn *pgx.Conn
+}
+
+func newFloorClaimer(ctx context.Context, dsn string) (*floorClaimer, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DSN: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("claim connection: %w", err)
+	}
+	if _, err := conn.Prepare(ctx, floorClaimStmt, floorClaimSQL); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("prepare the floor's claim: %w", err)
+	}
+	return &floorClaimer{conn: conn}, nil
+}
+
+func (c *floorClaimer) close(ctx context.Context) { _ = c.conn.Close(ctx) }
+
+// claimAll claims one job at a time from the head of queue until none is
+// left, so a burst behind one notification is drained, and tells claimed
+// of each job the moment its claim returns. It returns how many it claimed.
+func (c *floorClaimer) claimAll(ctx context.Context, queue string, claimed func(id int64, at time.Time)) (int, error) {
+	for n := 0; ; n++ {
+		var id int64
+		err := c.conn.QueryRow(ctx, floorClaimStmt, queue, floorLease).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("floor claim: %w", err)
+		}
+		claimed(id, time.Now())
+	}
+}
+
+// floorLoop reads notifications until ctx ends. Without a claimer each
+// notification's payload, the job id, is the pick-up; with one, each claim
+// of the queue's head is, as it returns.
+func floorLoop(ctx context.Context, conn *pgx.Conn, claim *floorClaimer, pickedUp func(int64, time.Time)) error {
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		if pool == nil {
+		if claim == nil {
 			t1 := time.Now()
 			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
-				rec.pickedUp(id, t1)
+				pickedUp(id, t1)
 			}
 			continue
 		}
-		ids = ids[:0]
-		rows, err := pool.Query(ctx, claimSQL, "default", []string{benchKind}, runtime.ConcurrencyDefault, lease)
-		if err != nil {
-			return fmt.Errorf("claim: %w", err)
-		}
-		for rows.Next() {
-			var id *int64
-			if err := rows.Scan(&id, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
-				rows.Close()
-				return fmt.Errorf("claim: scan: %w", err)
-			}
-			if id != nil {
-				ids = append(ids, *id)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("claim: %w", err)
-		}
-		t1 := time.Now()
-		for _, id := range ids {
-			rec.pickedUp(id, t1)
+		if _, err := claim.claimAll(ctx, floorQueue, pickedUp); err != nil {
+			return err
 		}
 	}
 }

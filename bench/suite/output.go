@@ -5,21 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/fila-run/fila/bench"
 	"github.com/fila-run/fila/bench/report"
-)
-
-// Reference figures for the goals, measured on the 2-core development
-// machine with bench/peers: River v0.51 with FetchCooldown lowered to 10 ms
-// (its best pickup latency) and tuned for its best drain.
-const (
-	riverTunedP99Ms     = 6.8
-	riverTunedDrainRate = 9000.0
 )
 
 // WriteText writes every table, the goals and the notes.
@@ -28,7 +20,8 @@ func WriteText(w io.Writer, r *Results) error {
 	fmt.Fprintf(&b, "machine: %s\n", r.Machine)
 	fmt.Fprintf(&b, "server: %s\n", r.Server)
 	b.WriteString("Each scenario ran in a fresh database. On a shared 2-core machine these numbers are noisy: compare runs made back to back.\n")
-	sections := []func(*bytes.Buffer, *Results) error{latencySection, overheadSection, throughputSection, idleSection, producersSection, goalsSection}
+	sections := []func(*bytes.Buffer, *Results) error{latencySection, overheadSection, throughputSection, idleSection,
+		producersSection, bigTableSection, bulkSection, soakSection, goalsSection}
 	for _, sec := range sections {
 		if err := sec(&b, r); err != nil {
 			return err
@@ -52,15 +45,20 @@ func latencySection(b *bytes.Buffer, r *Results) error {
 	if err := report.LatencyTable(b, r.Latency); err != nil {
 		return err
 	}
-	b.WriteString("From just before the producer's COMMIT to the handler's first line (fila) or to the notification /\n" +
-		"the claim's return (floor), on one clock. lost: committed but not started within 5 s of the last commit.\n")
+	b.WriteString("From just before the producer's COMMIT to the handler's first line (fila, river) or to the notification /\n" +
+		"the claim's return (floor), on one clock. reached/s: the commit rate the producers reached (rate/s was asked).\n" +
+		"lost: committed but not started within 5 s of the last commit. floor listen: a bare LISTEN connection;\n" +
+		"floor listen+claim: the same plus a one-row UPDATE … SKIP LOCKED claim, prepared, on a direct connection,\n" +
+		"repeated until no row is left: one round trip and one commit per job, plus one per notification, so on a\n" +
+		"busy machine at 100/s and above it can queue behind itself where a worker claiming batches does not.\n" +
+		"fila wal runs with the insert trigger's NOTIFY off.\n")
 	return nil
 }
 
 // overheadSection compares each Fila mode with the floor of the same rate.
 func overheadSection(b *bytes.Buffer, r *Results) error {
 	t := report.Table{
-		Title:      "Fila over the floor (floor = bare LISTEN + one claim statement, same rate)",
+		Title:      "Fila over the floor (floor = bare LISTEN + the minimal prepared claim, same rate)",
 		Header:     []string{"rate/s", "mode", "p50", "floor p50", "p50 ×", "p99", "floor p99", "p99 ×"},
 		AlignRight: []bool{true, false, true, true, true, true, true, true},
 	}
@@ -68,7 +66,7 @@ func overheadSection(b *bytes.Buffer, r *Results) error {
 		if l.System != SystemFila {
 			continue
 		}
-		f, ok := latencyOf(r.Latency, SystemFloor, FloorNotifyClaim, l.RatePerSec)
+		f, ok := latencyOf(r.Latency, SystemFloor, FloorListenClaim, l.RatePerSec)
 		if !ok {
 			continue
 		}
@@ -101,21 +99,9 @@ func throughputSection(b *bytes.Buffer, r *Results) error {
 		return err
 	}
 	b.WriteString("drain: from starting the workers on a backlog until every completion is written; steady: jobs completed\n" +
-		"while producers insert at once; sql-floor: the claim statement and one fenced UPDATE per batch, no runtime.\n")
+		"while producers insert at once; sql-floor: a minimal batch claim and one fenced UPDATE per batch, both prepared,\n" +
+		"no runtime; river rows come from bench/peers in this run.\n")
 	return nil
-}
-
-// idleBound is the most transactions an idle worker should run in a window:
-// one per poll interval and one per keep-alive.
-func idleBound(x bench.IdleResult) int {
-	n := 0
-	if x.SafetyPollSec > 0 {
-		n += int(math.Ceil(x.Seconds / x.SafetyPollSec))
-	}
-	if x.PingSec > 0 {
-		n += int(math.Ceil(x.Seconds / x.PingSec))
-	}
-	return n
 }
 
 func idleSection(b *bytes.Buffer, r *Results) error {
@@ -133,7 +119,7 @@ func idleSection(b *bytes.Buffer, r *Results) error {
 			cpu = strconv.FormatFloat(x.CPUMs, 'f', 0, 64)
 			cpuRate = report.FormatMs(x.CPUMs / x.Seconds)
 		}
-		bound := strconv.Itoa(idleBound(x))
+		bound := strconv.Itoa(report.IdleBound(x))
 		if x.Mode == ModeWAL {
 			bound = "—" // its replication connection's own traffic has no fixed budget here
 		}
@@ -197,51 +183,107 @@ func producersSection(b *bytes.Buffer, r *Results) error {
 	return nil
 }
 
-// goalsSection says whether each target was met in this run.
-func goalsSection(b *bytes.Buffer, r *Results) error {
-	var lines []string
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "MISSED"
-	}
-	if n, ok := latencyOf(r.Latency, SystemFila, ModeNotify, 100); ok {
-		if f, ok := latencyOf(r.Latency, SystemFloor, FloorNotifyClaim, 100); ok {
-			lines = append(lines, fmt.Sprintf("notify p50 at 100/s within 1.2× the notify+claim floor: %s (%s ms vs %s ms, %s)",
-				verdict(n.P50Ms <= 1.2*f.P50Ms), report.FormatMs(n.P50Ms), report.FormatMs(f.P50Ms), report.Ratio(n.P50Ms, f.P50Ms)))
-		}
-		lines = append(lines, fmt.Sprintf("notify p99 at 100/s under 10 ms and under River tuned's %.1f ms: %s (%s ms)",
-			riverTunedP99Ms, verdict(n.P99Ms < 10 && n.P99Ms < riverTunedP99Ms), report.FormatMs(n.P99Ms)))
-	}
-	i := slices.IndexFunc(r.Throughput, func(t bench.ThroughputResult) bool { return t.Mode == ThroughputDrain })
-	if i >= 0 {
-		d := r.Throughput[i]
-		lines = append(lines, fmt.Sprintf("drain at least 1.5× River tuned (%.0f/s): %s (%.0f/s)",
-			1.5*riverTunedDrainRate, verdict(d.JobsPerSec >= 1.5*riverTunedDrainRate), d.JobsPerSec))
-		if j := slices.IndexFunc(r.Throughput, func(t bench.ThroughputResult) bool { return t.Mode == ThroughputSQLFloor }); j >= 0 {
-			f := r.Throughput[j]
-			lines = append(lines, fmt.Sprintf("drain at least half the SQL floor: %s (%.0f/s vs %.0f/s, %s)",
-				verdict(d.JobsPerSec >= f.JobsPerSec/2), d.JobsPerSec, f.JobsPerSec, report.Ratio(d.JobsPerSec, f.JobsPerSec)))
-		}
-	}
-	if i := slices.IndexFunc(r.Idle, func(x bench.IdleResult) bool { return x.Mode == ModeNotify }); i >= 0 {
-		x := r.Idle[i]
-		lines = append(lines, fmt.Sprintf("idle notify worker at most one query per safety poll plus keep-alives: %s (%d transactions in %.0f s, bound %d)",
-			verdict(x.Transactions <= int64(idleBound(x))), x.Transactions, x.Seconds, idleBound(x)))
-	}
-	if len(lines) == 0 {
+func bigTableSection(b *bytes.Buffer, r *Results) error {
+	x := r.BigTable
+	if x == nil {
 		return nil
 	}
-	b.WriteString("\nGoals (this run)\n")
-	for _, l := range lines {
-		fmt.Fprintf(b, "- %s\n", l)
+	t := report.Table{
+		Title: fmt.Sprintf("Pickup on a big table: fila notify at %d/s, empty, then with %d completed and %d future-scheduled rows",
+			x.Empty.RatePerSec, x.Completed, x.Scheduled),
+		Header:     []string{"table", "count", "lost", "p50", "p90", "p99", "max"},
+		AlignRight: []bool{false, true, true, true, true, true, true},
+	}
+	for _, row := range []struct {
+		name string
+		l    bench.LatencyResult
+	}{{"empty", x.Empty}, {"seeded", x.Big}} {
+		t.Rows = append(t.Rows, []string{row.name, strconv.Itoa(row.l.Count), strconv.Itoa(row.l.Lost),
+			report.FormatMs(row.l.P50Ms), report.FormatMs(row.l.P90Ms), report.FormatMs(row.l.P99Ms), report.FormatMs(row.l.MaxMs)})
+	}
+	b.WriteString("\n")
+	if err := t.Write(b); err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "Seeded with INSERT … SELECT generate_series, trigger off, then VACUUM ANALYZE: %.1f s; table %s after seeding.\n",
+		x.SeedSeconds, report.FormatBytes(x.TableBytes))
+	return nil
+}
+
+func bulkSection(b *bytes.Buffer, r *Results) error {
+	x := r.Bulk
+	if x == nil {
+		return nil
+	}
+	t := report.Table{
+		Title:      fmt.Sprintf("Bulk insert of %d jobs into an empty fila_jobs (best of %d rounds each)", x.Jobs, x.Rounds),
+		Header:     []string{"way", "seconds", "jobs/s", "vs COPY"},
+		AlignRight: []bool{false, true, true, true},
+	}
+	t.Rows = [][]string{
+		{"runtime.InsertMany, one call", strconv.FormatFloat(x.InsertManySec, 'f', 3, 64),
+			strconv.FormatFloat(x.InsertManyPerSec, 'f', 0, 64), report.Ratio(x.InsertManyPerSec, x.CopyPerSec)},
+		{"COPY (pgx CopyFrom), the floor", strconv.FormatFloat(x.CopySec, 'f', 3, 64),
+			strconv.FormatFloat(x.CopyPerSec, 'f', 0, 64), "1.00×"},
+	}
+	b.WriteString("\n")
+	return t.Write(b)
+}
+
+func soakSection(b *bytes.Buffer, r *Results) error {
+	x := r.Soak
+	if x == nil {
+		return nil
+	}
+	t := report.Table{
+		Title: fmt.Sprintf("Soak: fila %s (%s, Retention %s), producers asked %d jobs/s for %s, one row per %s",
+			x.Mode, x.Config, time.Duration(x.RetentionSec*float64(time.Second)), x.RatePerSec,
+			time.Duration(x.Seconds*float64(time.Second)), time.Duration(x.WindowSec*float64(time.Second))),
+		Header: []string{"until s", "inserted/s", "completed/s", "deleted/s", "picked up", "p50", "p99",
+			"table", "indexes", "live rows", "dead rows"},
+		AlignRight: []bool{true, true, true, true, true, true, true, true, true, true, true},
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+	for _, w := range x.Windows {
+		t.Rows = append(t.Rows, []string{num(w.EndSec), num(w.InsertedPerSec), num(w.CompletedPerSec), num(w.DeletedPerSec),
+			strconv.Itoa(w.PickedUp), report.FormatMs(w.P50Ms), report.FormatMs(w.P99Ms),
+			report.FormatBytes(w.TableBytes), report.FormatBytes(w.IndexBytes),
+			strconv.FormatInt(w.LiveRows, 10), strconv.FormatInt(w.DeadRows, 10)})
+	}
+	b.WriteString("\n")
+	if err := t.Write(b); err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "%d jobs committed, %d not started within 5 s of the end. Producers commit every %s what the schedule owes,\n"+
+		"in one transaction.\n"+
+		"table: pg_total_relation_size('fila_jobs'); deleted/s: retention's deletes (pg_stat_user_tables.n_tup_del);\n"+
+		"live and dead rows: the statistics' estimates. p50/p99: pickup latency of the jobs whose handler started in the row.\n",
+		x.Inserted, x.Lost, soakTick)
+	if len(x.Windows) > 0 {
+		sizeOK, worst := report.SoakSizeOK(x)
+		flatOK, ratio := report.SoakP99Flat(x)
+		verdict := func(ok bool) string {
+			if ok {
+				return "yes"
+			}
+			return "NO"
+		}
+		fmt.Fprintf(b, "Size within %.0f× the first row's: %s (largest %s). p99 flat (last row ≤ %.1f× the first): %s (%s).\n",
+			report.SoakSizeFactor, verdict(sizeOK), report.Ratio(worst, 1), report.SoakP99Factor, verdict(flatOK), report.Ratio(ratio, 1))
 	}
 	return nil
 }
 
-// WriteJSON writes r to path.
+// goalsSection says whether each target was met, on this run's figures
+// alone.
+func goalsSection(b *bytes.Buffer, r *Results) error {
+	fmt.Fprintf(b, "\nGoals (this run's figures only; peers: %s)\n", r.Peers)
+	return report.WriteGoals(b, report.Goals(r.GoalInput()))
+}
+
+// WriteJSON writes r, with its goals judged, to path.
 func WriteJSON(path string, r *Results) error {
+	r.Goals = report.Goals(r.GoalInput())
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
@@ -249,10 +291,11 @@ func WriteJSON(path string, r *Results) error {
 	return os.WriteFile(path, append(data, '\n'), 0o644)
 }
 
-// ChartSeries are the latency curves at rate: the floors first, then Fila's modes.
+// ChartSeries are the latency curves at rate: the floors first, then Fila's
+// modes, then River's when it ran.
 func ChartSeries(r *Results, rate int) []report.Series {
 	var s []report.Series
-	for _, sys := range []string{SystemFloor, SystemFila} {
+	for _, sys := range []string{SystemFloor, SystemFila, bench.SystemRiver} {
 		for _, l := range r.Latency {
 			if l.System == sys && l.RatePerSec == rate {
 				s = append(s, report.Series{Name: l.System + " " + l.Mode, SamplesMs: l.SamplesMs})

@@ -80,8 +80,8 @@ func (s *suite) runProducers(ctx context.Context, v producerVariant, producers i
 	}
 	defer pool.Close()
 	if !v.trigger {
-		if _, err := pool.Exec(ctx, disableTriggerSQL); err != nil {
-			return res, fmt.Errorf("disable trigger: %w", err)
+		if err := runtime.SetNotifyTrigger(ctx, pool, false); err != nil {
+			return res, err
 		}
 	}
 	if v.worker != "" {

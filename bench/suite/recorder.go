@@ -33,6 +33,7 @@ type recorder struct {
 	committed []atomic.Bool
 	inserted  atomic.Int64 // jobs committed
 	started   atomic.Int64 // jobs with a t1
+	achieved  float64      // commits/s the producers reached; set by produce
 
 	mu  sync.RWMutex
 	seq map[int64]int // job id → number; -1 for the warm-up job
@@ -74,7 +75,7 @@ func (r *recorder) pickedUp(id int64, t time.Time) {
 // result turns what was recorded into a LatencyResult: jobs committed but
 // not started are lost.
 func (r *recorder) result(system, mode string, rate int) bench.LatencyResult {
-	res := bench.LatencyResult{System: system, Mode: mode, RatePerSec: rate}
+	res := bench.LatencyResult{System: system, Mode: mode, RatePerSec: rate, AchievedPerSec: r.achieved}
 	for i := range r.t0 {
 		if !r.committed[i].Load() {
 			continue
@@ -141,7 +142,10 @@ func producersFor(rate int) int { return min(max(rate/100, 2), 16) }
 // produce inserts len(r.t0) jobs at rate per second, each in its own
 // transaction, open loop: job i is due at start + i/rate whatever the
 // producers are doing, so a slow commit delays the jobs behind it without
-// lowering the rate asked for. It returns how late the last commit was.
+// lowering the rate asked for. It returns how late the last commit was, and
+// records the rate reached: the jobs committed over the time from the first
+// job's due time to the last commit plus one interval, which is the asked
+// rate when every commit is on time.
 func (r *recorder) produce(ctx context.Context, pool *pgxpool.Pool, rate, producers int, prog *report.Progress) (time.Duration, error) {
 	n := len(r.t0)
 	due := make(chan int, n) // room for every job: the scheduler never waits
@@ -194,7 +198,11 @@ func (r *recorder) produce(ctx context.Context, pool *pgxpool.Pool, rate, produc
 	if firstErr != nil {
 		return 0, fmt.Errorf("insert: %w", firstErr)
 	}
-	return time.Duration(lastCommit.Load()) - time.Duration(n-1)*interval, nil
+	last := time.Duration(lastCommit.Load())
+	if span := last + interval; r.inserted.Load() > 0 {
+		r.achieved = float64(r.inserted.Load()) / span.Seconds()
+	}
+	return last - time.Duration(n-1)*interval, nil
 }
 
 // waitPickedUp waits until every committed job was picked up, or lostAfter.

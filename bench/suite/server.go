@@ -16,6 +16,7 @@ import (
 	"github.com/fila-run/fila/internal/pgcluster"
 	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/migrations"
+	"github.com/fila-run/fila/runtime"
 )
 
 // DefaultDSN is the server tried when the caller names none.
@@ -146,6 +147,21 @@ func (d *database) exec(ctx context.Context, sql string) error {
 	return nil
 }
 
+// setNotifyTrigger switches the insert trigger's NOTIFY on or off, as
+// `fila trigger` does.
+func (d *database) setNotifyTrigger(ctx context.Context, on bool) error {
+	cfg, err := pgconfig.Conn(d.dsn)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", d.name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return runtime.SetNotifyTrigger(ctx, conn, on)
+}
+
 // pool opens a pool of at most maxConns connections, configured as the
 // runtime configures its own (pgconfig: no named prepared statements).
 func (d *database) pool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
@@ -153,6 +169,10 @@ func (d *database) pool(ctx context.Context, maxConns int) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, err
 	}
+	return d.openPool(ctx, cfg, maxConns)
+}
+
+func (d *database) openPool(ctx context.Context, cfg *pgxpool.Config, maxConns int) (*pgxpool.Pool, error) {
 	cfg.MaxConns = int32(maxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -176,6 +196,18 @@ func (d *database) pool(ctx context.Context, maxConns int) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("connect to %s: %w", d.name, err)
 	}
 	return pool, nil
+}
+
+// producerPool opens a pool of maxConns connections for producers, with
+// pgx's defaults (statements prepared and cached per connection), as an
+// application connecting straight to PostgreSQL would, and as bench/peers'
+// producers do: the producers are the application, not the system measured.
+func (d *database) producerPool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(d.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DSN: %w", err)
+	}
+	return d.openPool(ctx, cfg, maxConns)
 }
 
 func withDatabase(dsn, name string) (string, error) {

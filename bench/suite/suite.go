@@ -15,8 +15,8 @@ import (
 	"github.com/fila-run/fila/bench/report"
 )
 
-// Scenario names, as --scenarios spells them. latency and drain are also
-// what bench/peers asks for: keep them.
+// Scenario names, as --scenarios spells them. bench/peers asks for them
+// by name: keep them.
 const (
 	ScenarioLatency   = "latency"
 	ScenarioFloor     = "floor"
@@ -25,18 +25,27 @@ const (
 	ScenarioSQLFloor  = "sqlfloor"
 	ScenarioIdle      = "idle"
 	ScenarioProducers = "producers"
+	ScenarioBigTable  = "bigtable"
+	ScenarioBulk      = "bulk"
+	ScenarioSoak      = "soak"
 )
 
 // Scenarios lists every scenario in the order they run.
-var Scenarios = []string{ScenarioLatency, ScenarioFloor, ScenarioDrain, ScenarioSteady, ScenarioSQLFloor, ScenarioIdle, ScenarioProducers}
+var Scenarios = []string{ScenarioLatency, ScenarioFloor, ScenarioDrain, ScenarioSteady, ScenarioSQLFloor,
+	ScenarioIdle, ScenarioProducers, ScenarioBigTable, ScenarioBulk, ScenarioSoak}
+
+// DefaultScenarios are the scenarios run when none are named: all but the
+// soak, which runs for minutes on its own, so a default run stays a few
+// minutes long.
+var DefaultScenarios = slices.DeleteFunc(slices.Clone(Scenarios), func(s string) bool { return s == ScenarioSoak })
 
 // Modes of the Fila runtime the latency and idle scenarios compare.
 const (
-	ModeNotify  = "notify"
+	ModeNotify  = bench.ModeNotify
 	ModePoll50  = "poll-50ms"
 	ModePoll200 = "poll-200ms"
 	ModePoll1s  = "poll-1s"
-	ModeWAL     = "wal"
+	ModeWAL     = bench.ModeWAL
 )
 
 // Modes lists every runtime mode, the default of Options.Modes.
@@ -44,15 +53,23 @@ var Modes = []string{ModeNotify, ModePoll50, ModePoll200, ModePoll1s, ModeWAL}
 
 // Defaults of Options.
 var (
-	RatesDefault            = []int{10, 100, 1000}
-	ProducerCountsDefault   = []int{1, 4, 16, 64}
-	DurationDefault         = 4 * time.Second
-	DrainJobsDefault        = 20000
-	WorkersDefault          = 1000
-	ClaimBatchDefault       = 1000
-	IdleDurationDefault     = 10 * time.Second
-	ProducerDurationDefault = 2 * time.Second
-	ChartRateDefault        = 100
+	RatesDefault             = []int{10, 100, 1000}
+	ProducerCountsDefault    = []int{1, 4, 16, 64}
+	DurationDefault          = 4 * time.Second
+	DrainJobsDefault         = 20000
+	WorkersDefault           = 1000
+	ClaimBatchDefault        = 1000
+	IdleDurationDefault      = 10 * time.Second
+	ProducerDurationDefault  = 2 * time.Second
+	ChartRateDefault         = 100
+	SoakDurationDefault      = 5 * time.Minute
+	SoakRateDefault          = 3000
+	SoakWindowDefault        = time.Minute
+	SoakRetentionDefault     = 30 * time.Second
+	BigTableCompletedDefault = 1000000
+	BigTableScheduledDefault = 1000000
+	BigTableRateDefault      = 100
+	BulkJobsDefault          = 100000
 )
 
 // Options select and size the scenarios.
@@ -63,7 +80,7 @@ type Options struct {
 	// Throwaway starts a throwaway cluster from the installed PostgreSQL
 	// binaries when nothing answers at DSN. Defaults to false.
 	Throwaway bool
-	// Scenarios to run. Defaults to Scenarios (all).
+	// Scenarios to run. Defaults to DefaultScenarios.
 	Scenarios []string
 	// Rates are the steady insert rates of the latency scenario, jobs/s.
 	// Defaults to RatesDefault.
@@ -91,6 +108,33 @@ type Options struct {
 	// ProducerDuration is how long each producer count runs per variant.
 	// Defaults to ProducerDurationDefault.
 	ProducerDuration time.Duration
+	// SoakDuration is how long the soak's producers run. Defaults to
+	// SoakDurationDefault.
+	SoakDuration time.Duration
+	// SoakRate is the soak's insert rate, jobs/s. Defaults to SoakRateDefault.
+	SoakRate int
+	// SoakWindow is the length of one row of the soak's report. Defaults
+	// to SoakWindowDefault.
+	SoakWindow time.Duration
+	// SoakRetention is the soak runtime's Retention. Defaults to
+	// SoakRetentionDefault.
+	SoakRetention time.Duration
+	// BigTableCompleted and BigTableScheduled are the completed jobs and
+	// the pending jobs scheduled in the future the bigtable scenario seeds.
+	// Default to BigTableCompletedDefault and BigTableScheduledDefault.
+	BigTableCompleted int
+	BigTableScheduled int
+	// BigTableRate is the insert rate of the bigtable scenario's pickup
+	// runs. Defaults to BigTableRateDefault.
+	BigTableRate int
+	// BulkJobs is the size of the bulk scenario's batch. Defaults to
+	// BulkJobsDefault.
+	BulkJobs int
+	// PeersDir, if set, is the bench/peers module's directory: after
+	// Fila's scenarios, the peers it holds run there (with `go run`) on the
+	// same server and rates, and their rows join the results, so the goals
+	// compare with peers measured in this run. Defaults to "": no peers.
+	PeersDir string
 	// Progress receives progress lines (stderr). Defaults to io.Discard.
 	Progress io.Writer
 	// Logger receives the runtime's logs. Defaults to zap.NewNop().
@@ -103,7 +147,7 @@ func (o Options) WithDefaults() Options {
 		o.DSN = DefaultDSN
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = Scenarios
+		o.Scenarios = DefaultScenarios
 	}
 	if len(o.Rates) == 0 {
 		o.Rates = RatesDefault
@@ -131,6 +175,30 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.ProducerDuration == 0 {
 		o.ProducerDuration = ProducerDurationDefault
+	}
+	if o.SoakDuration == 0 {
+		o.SoakDuration = SoakDurationDefault
+	}
+	if o.SoakRate == 0 {
+		o.SoakRate = SoakRateDefault
+	}
+	if o.SoakWindow == 0 {
+		o.SoakWindow = SoakWindowDefault
+	}
+	if o.SoakRetention == 0 {
+		o.SoakRetention = SoakRetentionDefault
+	}
+	if o.BigTableCompleted == 0 {
+		o.BigTableCompleted = BigTableCompletedDefault
+	}
+	if o.BigTableScheduled == 0 {
+		o.BigTableScheduled = BigTableScheduledDefault
+	}
+	if o.BigTableRate == 0 {
+		o.BigTableRate = BigTableRateDefault
+	}
+	if o.BulkJobs == 0 {
+		o.BulkJobs = BulkJobsDefault
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -176,6 +244,20 @@ func (o Options) Validate() error {
 		return fmt.Errorf("idle duration %s too short: at least 1s", o.IdleDuration)
 	case o.ProducerDuration < 100*time.Millisecond:
 		return fmt.Errorf("producer duration %s too short: at least 100ms", o.ProducerDuration)
+	case o.SoakWindow < time.Second:
+		return fmt.Errorf("soak window %s too short: at least 1s", o.SoakWindow)
+	case o.SoakDuration < o.SoakWindow:
+		return fmt.Errorf("soak duration %s shorter than one window (%s)", o.SoakDuration, o.SoakWindow)
+	case o.SoakRate < 1 || o.SoakRate > 100000:
+		return fmt.Errorf("soak rate %d out of range: allowed 1 to 100000 jobs/s", o.SoakRate)
+	case o.SoakRetention < time.Second:
+		return fmt.Errorf("soak retention %s too short: at least 1s", o.SoakRetention)
+	case o.BigTableCompleted < 0 || o.BigTableScheduled < 0:
+		return fmt.Errorf("bigtable rows %d completed, %d scheduled: neither may be negative", o.BigTableCompleted, o.BigTableScheduled)
+	case o.BigTableRate < 1 || o.BigTableRate > 100000:
+		return fmt.Errorf("bigtable rate %d out of range: allowed 1 to 100000 jobs/s", o.BigTableRate)
+	case o.BulkJobs < 1 || o.BulkJobs > 10000000:
+		return fmt.Errorf("bulk jobs %d out of range: allowed 1 to 10000000", o.BulkJobs)
 	}
 	return nil
 }
@@ -191,8 +273,21 @@ type Results struct {
 	Throughput []bench.ThroughputResult `json:"throughput"`
 	Idle       []bench.IdleResult       `json:"idle"`
 	Producers  []bench.ProducerResult   `json:"producers"`
+	BigTable   *bench.BigTableResult    `json:"bigtable,omitempty"`
+	Bulk       *bench.BulkResult        `json:"bulk,omitempty"`
+	Soak       *bench.SoakResult        `json:"soak,omitempty"`
+	// Peers says which peers ran in this run, or why none did.
+	Peers string `json:"peers"`
+	// Goals are judged on this run's rows alone (see report.Goals); WriteJSON
+	// fills them in.
+	Goals []report.Goal `json:"goals,omitempty"`
 	// Notes say what was skipped or degraded, and why.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// GoalInput is what the goals are judged on.
+func (r *Results) GoalInput() report.GoalInput {
+	return report.GoalInput{Latency: r.Latency, Throughput: r.Throughput, Idle: r.Idle, Soak: r.Soak, BigTable: r.BigTable}
 }
 
 func (r *Results) note(format string, args ...any) {
@@ -225,7 +320,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			opts.Logger.Warn("closing the server", zap.Error(cerr))
 		}
 	}()
-	res := &Results{Server: "given"}
+	res := &Results{Server: "given", Peers: "not measured: run with --peers"}
 	if srv.cluster != nil {
 		res.Server = "throwaway cluster"
 	}
@@ -245,6 +340,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{ScenarioSQLFloor, s.sqlFloor},
 		{ScenarioIdle, s.idle},
 		{ScenarioProducers, s.producers},
+		{ScenarioBigTable, s.bigTable},
+		{ScenarioBulk, s.bulk},
+		{ScenarioSoak, s.soak},
 	}
 	for _, st := range steps {
 		if st.name == ScenarioLatency && !opts.has(ScenarioLatency) && !opts.has(ScenarioFloor) {
@@ -264,6 +362,20 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
+	if opts.PeersDir != "" {
+		// After Fila's scenarios, never beside them: neither competes with
+		// the other for the machine.
+		if err := s.peers(ctx); err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			res.Peers = "not measured: " + err.Error()
+			if !errors.As(err, new(peersUnavailable)) {
+				res.note("peers: failed: %v", err)
+			}
+		}
+	}
+	res.Goals = report.Goals(res.GoalInput())
 	return res, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fila-run/fila/bench"
+	"github.com/fila-run/fila/bench/report"
 	"github.com/fila-run/fila/bench/suite"
 	"github.com/fila-run/fila/internal/testdb"
 )
@@ -66,6 +67,12 @@ func tinyWith(t *testing.T, edit func(*suite.Options), scenarios ...string) *sui
 func requireOrdered(t *testing.T, l bench.LatencyResult) {
 	t.Helper()
 	require.Positive(t, l.Count, "%s %s", l.System, l.Mode)
+	// The producers' reached rate is measured, not copied from the asked
+	// one: on time it is just under it (the last commit takes a moment),
+	// and it can never be far above it, since jobs are released on schedule.
+	require.Positive(t, l.AchievedPerSec, "%s %s", l.System, l.Mode)
+	require.NotEqual(t, float64(l.RatePerSec), l.AchievedPerSec)
+	require.LessOrEqual(t, l.AchievedPerSec, 1.01*float64(l.RatePerSec))
 	require.Zero(t, l.Lost, "%s %s", l.System, l.Mode)
 	require.Len(t, l.SamplesMs, l.Count)
 	require.Positive(t, l.P50Ms)
@@ -84,7 +91,7 @@ func TestLatencyAndFloor(t *testing.T) {
 		require.Equal(t, 50, l.RatePerSec)
 		got = append(got, l.System+"/"+l.Mode)
 	}
-	require.Equal(t, []string{"floor/listen", "floor/notify+claim", "fila/notify", "fila/poll-50ms"}, got)
+	require.Equal(t, []string{"floor/listen", "floor/listen+claim", "fila/notify", "fila/poll-50ms"}, got)
 
 	dir := t.TempDir()
 	chart := filepath.Join(dir, "latency.svg")
@@ -92,7 +99,7 @@ func TestLatencyAndFloor(t *testing.T) {
 	svg, err := os.ReadFile(chart)
 	require.NoError(t, err)
 	require.Contains(t, string(svg), "fila notify")
-	require.Contains(t, string(svg), "floor notify+claim")
+	require.Contains(t, string(svg), "floor listen+claim")
 
 	var text bytes.Buffer
 	require.NoError(t, suite.WriteText(&text, res))
@@ -125,14 +132,27 @@ func TestIdle(t *testing.T) {
 	require.Len(t, res.Idle, 2)
 	for _, x := range res.Idle {
 		require.Greater(t, x.Seconds, 0.5, "the measured window is about the 1 s asked for")
-		require.GreaterOrEqual(t, x.Transactions, int64(0), x.Mode)
 		require.Positive(t, x.Backends, x.Mode)
+		t.Logf("%s: %d transactions in %.2f s, bound %d", x.Mode, x.Transactions, x.Seconds, report.IdleBound(x))
+		// The README's claim: an idle worker costs a query per poll
+		// interval and one per listener keep-alive. A worker claiming in a
+		// loop, or polling at ten times its interval, runs far more than
+		// that in a second. The slack is the start-up noise the baseline
+		// worker does not cancel exactly (a claim that raced the stop).
+		require.LessOrEqual(t, x.Transactions, int64(report.IdleBound(x)+idleSlack),
+			"%s: %d transactions in %.1f s, bound %d", x.Mode, x.Transactions, x.Seconds, report.IdleBound(x))
 	}
 	// A 50 ms poll claims about 20 times a second; in a second it can
 	// hardly claim fewer than a few times.
 	require.Equal(t, suite.ModePoll50, res.Idle[1].Mode)
 	require.Greater(t, res.Idle[1].Transactions, int64(3))
 }
+
+// idleSlack is how many transactions over its bound an idle worker's
+// window may show from start-up noise on a loaded machine (up to 5 were
+// seen). A claim loop runs hundreds a second, and a poll at twice its
+// interval twenty more in the 1 s window: either still breaks the bound.
+const idleSlack = 8
 
 func TestProducers(t *testing.T) {
 	t.Parallel()
@@ -199,4 +219,158 @@ func TestThrowawayCluster(t *testing.T) {
 	require.Equal(t, "logical", res.Machine.WALLevel)
 	require.Len(t, res.Throughput, 1)
 	require.Equal(t, 200, res.Throughput[0].Jobs)
+}
+
+func TestLatencyWALWithoutTrigger(t *testing.T) {
+	t.Parallel()
+	res := tinyWith(t, func(o *suite.Options) { o.Modes = []string{suite.ModeWAL} }, suite.ScenarioLatency)
+	require.Len(t, res.Latency, 1)
+	// The insert trigger is off in this run: a worker woken by NOTIFY
+	// would find these jobs only at its 30 s safety poll, so every one is
+	// picked up within the 5 s window only because the WAL woke it.
+	requireOrdered(t, res.Latency[0])
+	require.Equal(t, suite.ModeWAL, res.Latency[0].Mode)
+}
+
+func TestGoalsWithoutAndWithPeers(t *testing.T) {
+	t.Parallel()
+	res := &suite.Results{
+		Peers: "not measured: run with --peers",
+		Latency: []bench.LatencyResult{
+			{System: "floor", Mode: suite.FloorListenClaim, RatePerSec: 100, Count: 10, P50Ms: 2, P99Ms: 5},
+			{System: "fila", Mode: suite.ModeNotify, RatePerSec: 100, Count: 10, P50Ms: 2.4, P99Ms: 9},
+			{System: "fila", Mode: suite.ModeWAL, RatePerSec: 1000, Count: 10, AchievedPerSec: 930, P50Ms: 4, P99Ms: 9},
+		},
+		Throughput: []bench.ThroughputResult{
+			{System: "fila", Mode: suite.ThroughputDrain, JobsPerSec: 12000},
+			{System: "fila", Mode: suite.ThroughputSQLFloor, JobsPerSec: 30000},
+		},
+	}
+	var text bytes.Buffer
+	require.NoError(t, suite.WriteText(&text, res))
+	out := text.String()
+	require.NotContains(t, out, "6.8", "no figure from another run")
+	require.Contains(t, out, "notify p50 at 100/s ≤ River tuned's: not measured")
+	require.Contains(t, out, "notify p99 at 100/s ≤ River tuned's: not measured")
+	require.Contains(t, out, "drain ≥ 1.5× River's best tuned drain: not measured")
+	require.Contains(t, out, "notify p50 at 10/s ≤ 1.3× the listen+claim floor's: not measured")
+	// Against the floor and the SQL floor, always computable.
+	require.Contains(t, out, "notify p50 at 100/s ≤ 1.3× the listen+claim floor's: met (2.40 ms vs floor 2.00 ms, 1.20×)")
+	require.Contains(t, out, "drain ≥ 50% of the raw SQL floor: MISSED (12000/s vs 30000/s, 0.40×)")
+	require.Contains(t, out, "producers at 1000 single-job commits/s reach ≥ 95% of it (fila wal): MISSED (930/s, 93.0%)")
+
+	// The same run with River measured in it: the comparisons are made.
+	res.Peers = "river, run by bench/peers after Fila's scenarios"
+	res.Latency = append(res.Latency,
+		bench.LatencyResult{System: "river", Mode: "default", RatePerSec: 100, Count: 10, P50Ms: 50, P99Ms: 100},
+		bench.LatencyResult{System: "river", Mode: "tuned-10ms", RatePerSec: 100, Count: 10, P50Ms: 4.8, P99Ms: 7.2},
+		bench.LatencyResult{System: "river", Mode: "tuned-10ms", RatePerSec: 1000, Count: 10, P50Ms: 5, P99Ms: 20})
+	res.Throughput = append(res.Throughput,
+		bench.ThroughputResult{System: "river", Mode: "tuned-500w-1ms", JobsPerSec: 7000},
+		bench.ThroughputResult{System: "river", Mode: "tuned-1000w-1ms", JobsPerSec: 9000})
+	text.Reset()
+	require.NoError(t, suite.WriteText(&text, res))
+	out = text.String()
+	require.Contains(t, out, "notify p50 at 100/s ≤ River tuned's: met (2.40 ms vs river tuned-10ms 4.80 ms, 0.50×)")
+	require.Contains(t, out, "notify p99 at 100/s ≤ River tuned's: MISSED (9.00 ms vs river tuned-10ms 7.20 ms, 1.25×)")
+	require.Contains(t, out, "wal p50 at 1000/s ≤ River tuned's: met (4.00 ms vs river tuned-10ms 5.00 ms, 0.80×)")
+	// The best of River's tuned drains, not its default or the first found.
+	require.Contains(t, out, "drain ≥ 1.5× River's best tuned drain: MISSED (12000/s vs river tuned-1000w-1ms 9000/s, 1.33×)")
+	// No River row at 10/s: that goal stays unmeasured rather than borrowed.
+	require.Contains(t, out, "notify p50 at 10/s ≤ River tuned's: not measured")
+
+	path := filepath.Join(t.TempDir(), "bench.json")
+	require.NoError(t, suite.WriteJSON(path, res))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var back suite.Results
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.NotEmpty(t, back.Goals)
+	require.Equal(t, report.GoalMet, back.Goals[1].Status, back.Goals[1].Target)
+}
+
+func TestPeersMissing(t *testing.T) {
+	t.Parallel()
+	res := tinyWith(t, func(o *suite.Options) { o.PeersDir = filepath.Join(t.TempDir(), "nowhere") }, suite.ScenarioDrain)
+	require.Contains(t, res.Peers, "not measured: no bench/peers module at")
+	for _, g := range res.Goals {
+		if strings.Contains(g.Target, "River") {
+			require.Equal(t, report.GoalNotMeasured, g.Status, g.Target)
+		}
+	}
+}
+
+func TestSoak(t *testing.T) {
+	t.Parallel()
+	res := tinyWith(t, func(o *suite.Options) {
+		o.SoakDuration, o.SoakWindow, o.SoakRate, o.SoakRetention = 3*time.Second, time.Second, 300, time.Second
+	}, suite.ScenarioSoak)
+	s := res.Soak
+	require.NotNil(t, s)
+	require.Equal(t, 300, s.RatePerSec)
+	require.Len(t, s.Windows, 3, "one row per window")
+	require.Positive(t, s.Inserted)
+	require.Zero(t, s.Lost)
+	picked := 0
+	for i, w := range s.Windows {
+		require.InDelta(t, float64(i+1), w.EndSec, 1e-9)
+		require.Positive(t, w.PickedUp, "window %d", i)
+		require.Positive(t, w.InsertedPerSec, "window %d", i)
+		require.Positive(t, w.P50Ms, "window %d", i)
+		require.LessOrEqual(t, w.P50Ms, w.P99Ms, "window %d", i)
+		// Sizes come from the database: whole 8 kB pages, the indexes part
+		// of the total, and a table that holds jobs larger than an empty one.
+		require.Zero(t, w.TableBytes%8192, "window %d: %d bytes", i, w.TableBytes)
+		require.Zero(t, w.IndexBytes%8192, "window %d: %d bytes", i, w.IndexBytes)
+		require.Greater(t, w.TableBytes, w.IndexBytes, "window %d", i)
+		picked += w.PickedUp
+	}
+	require.GreaterOrEqual(t, s.Windows[2].TableBytes, s.Windows[0].TableBytes, "nothing is old enough to delete yet")
+	// Every pick-up in the windows is of a job committed in them.
+	require.LessOrEqual(t, picked, s.Inserted)
+
+	var text bytes.Buffer
+	require.NoError(t, suite.WriteText(&text, res))
+	require.Contains(t, text.String(), "Soak: fila notify (Concurrency=20 ClaimBatch=100, Retention 1s), producers asked 300 jobs/s for 3s")
+	require.Regexp(t, `soak: table size within 2× the first window's: (met|MISSED)`, text.String())
+	require.Regexp(t, `soak: p99 flat \(last window ≤ 1.5× the first\): (met|MISSED)`, text.String())
+}
+
+func TestBigTable(t *testing.T) {
+	t.Parallel()
+	res := tinyWith(t, func(o *suite.Options) {
+		o.BigTableCompleted, o.BigTableScheduled, o.BigTableRate = 2000, 3000, 50
+	}, suite.ScenarioBigTable)
+	b := res.BigTable
+	require.NotNil(t, b)
+	// Counted in the table after seeding, not copied from the options.
+	require.Equal(t, int64(2000), b.Completed)
+	require.Equal(t, int64(3000), b.Scheduled)
+	require.Positive(t, b.SeedSeconds)
+	require.Zero(t, b.TableBytes%8192)
+	// 5000 rows with their indexes take more than a few pages.
+	require.Greater(t, b.TableBytes, int64(64*8192))
+	for _, l := range []bench.LatencyResult{b.Empty, b.Big} {
+		requireOrdered(t, l)
+		require.Equal(t, 50, l.RatePerSec)
+	}
+	var text bytes.Buffer
+	require.NoError(t, suite.WriteText(&text, res))
+	require.Regexp(t, `pickup p50 with 2000 completed and 3000 future-scheduled rows ≤ 1.2× the empty table's: (met|MISSED)`, text.String())
+}
+
+func TestBulk(t *testing.T) {
+	t.Parallel()
+	res := tinyWith(t, func(o *suite.Options) { o.BulkJobs = 3000 }, suite.ScenarioBulk)
+	b := res.Bulk
+	require.NotNil(t, b)
+	require.Equal(t, 3000, b.Jobs)
+	require.Positive(t, b.InsertManySec)
+	require.Positive(t, b.CopySec)
+	require.InDelta(t, 3000/b.InsertManySec, b.InsertManyPerSec, 1e-6)
+	require.InDelta(t, 3000/b.CopySec, b.CopyPerSec, 1e-6)
+	var text bytes.Buffer
+	require.NoError(t, suite.WriteText(&text, res))
+	require.Contains(t, text.String(), "runtime.InsertMany, one call")
+	require.Contains(t, text.String(), "COPY (pgx CopyFrom), the floor")
 }

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fila-run/fila/bench"
 	"github.com/fila-run/fila/bench/report"
@@ -16,13 +16,13 @@ import (
 )
 
 // SystemFila names Fila's own rows.
-const SystemFila = "fila"
+const SystemFila = bench.SystemFila
 
 // Throughput modes.
 const (
-	ThroughputDrain    = "drain"
-	ThroughputSteady   = "steady"
-	ThroughputSQLFloor = "sql-floor"
+	ThroughputDrain    = bench.ThroughputDrain
+	ThroughputSteady   = bench.ThroughputSteady
+	ThroughputSQLFloor = bench.ThroughputSQLFloor
 )
 
 // insertChunk is how many jobs one InsertMany statement carries.
@@ -235,9 +235,10 @@ func (s *suite) sqlFloor(ctx context.Context) error {
 	return nil
 }
 
-// runSQLFloor drains DrainJobs jobs with no runtime at all: loops that claim
-// a batch with the claimer's claim statement and complete it with one fenced
-// UPDATE, until the queue is empty.
+// runSQLFloor drains DrainJobs jobs with no runtime at all: loops, each on
+// a direct connection of its own, that claim a batch with the minimal batch
+// claim and complete it with one fenced UPDATE, both prepared, until the
+// queue is empty.
 func (s *suite) runSQLFloor(ctx context.Context) (res bench.ThroughputResult, err error) {
 	n := s.opts.DrainJobs
 	db, err := s.srv.fresh(ctx)
@@ -248,11 +249,19 @@ func (s *suite) runSQLFloor(ctx context.Context) (res bench.ThroughputResult, er
 	if err := s.backlog(ctx, db, n, "sql floor: insert"); err != nil {
 		return res, err
 	}
-	pool, err := db.pool(ctx, sqlFloorLoops)
-	if err != nil {
-		return res, err
+	loops := make([]*sqlFloorLoop, sqlFloorLoops)
+	defer func() {
+		for _, l := range loops {
+			if l != nil {
+				l.close(context.WithoutCancel(ctx))
+			}
+		}
+	}()
+	for i := range loops {
+		if loops[i], err = newSQLFloorLoop(ctx, db.dsn); err != nil {
+			return res, err
+		}
 	}
-	defer pool.Close()
 	prog := report.NewProgress(s.opts.Progress, "sql floor", n)
 	defer prog.Done()
 	var (
@@ -261,10 +270,10 @@ func (s *suite) runSQLFloor(ctx context.Context) (res bench.ThroughputResult, er
 		errs = make([]error, sqlFloorLoops)
 	)
 	begin := time.Now()
-	for i := range sqlFloorLoops {
+	for i, l := range loops {
 		wg.Go(func() {
 			for {
-				k, err := claimAndComplete(ctx, pool, s.opts.ClaimBatch)
+				k, err := l.claimAndComplete(ctx, s.opts.ClaimBatch)
 				if err != nil {
 					errs[i] = err
 					return
@@ -288,37 +297,65 @@ func (s *suite) runSQLFloor(ctx context.Context) (res bench.ThroughputResult, er
 	return bench.ThroughputResult{
 		System: SystemFila, Mode: ThroughputSQLFloor, Jobs: n, Workers: sqlFloorLoops,
 		Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds(),
-		Config: fmt.Sprintf("%d loops × claim %d + one fenced UPDATE, no runtime", sqlFloorLoops, s.opts.ClaimBatch),
+		Config: fmt.Sprintf("%d loops × claim %d + one fenced UPDATE, prepared, direct connections, no runtime", sqlFloorLoops, s.opts.ClaimBatch),
 	}, nil
 }
 
+// Names of the SQL floor's prepared statements on each loop's connection.
+const (
+	claimBatchStmt = "fila_bench_claim_batch"
+	completeStmt   = "fila_bench_complete"
+)
+
+// sqlFloorLoop is one claim-and-complete loop's direct connection, with
+// both statements prepared.
+type sqlFloorLoop struct {
+	conn     *pgx.Conn
+	ids      []int64
+	attempts []int32
+}
+
+func newSQLFloorLoop(ctx context.Context, dsn string) (*sqlFloorLoop, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DSN: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sql floor connection: %w", err)
+	}
+	for name, sql := range map[string]string{claimBatchStmt: claimBatchSQL, completeStmt: completeSQL} {
+		if _, err := conn.Prepare(ctx, name, sql); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("prepare %s: %w", name, err)
+		}
+	}
+	return &sqlFloorLoop{conn: conn}, nil
+}
+
+func (l *sqlFloorLoop) close(ctx context.Context) { _ = l.conn.Close(ctx) }
+
 // claimAndComplete claims up to batch jobs and completes them, returning
 // how many it completed.
-func claimAndComplete(ctx context.Context, pool *pgxpool.Pool, batch int) (int, error) {
-	rows, err := pool.Query(ctx, claimSQL, "default", []string{benchKind}, batch, float64(time.Minute/time.Millisecond))
+func (l *sqlFloorLoop) claimAndComplete(ctx context.Context, batch int) (int, error) {
+	rows, err := l.conn.Query(ctx, claimBatchStmt, floorQueue, batch, floorLease)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
-	ids := make([]int64, 0, batch)
-	attempts := make([]int32, 0, batch)
-	for rows.Next() {
-		var id *int64
-		var attempt *int32
-		if err := rows.Scan(&id, nil, nil, nil, &attempt, nil, nil, nil, nil, nil, nil); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("claim: scan: %w", err)
-		}
-		if id != nil {
-			ids, attempts = append(ids, *id), append(attempts, *attempt)
-		}
-	}
-	if err := rows.Err(); err != nil {
+	l.ids, l.attempts = l.ids[:0], l.attempts[:0]
+	var id int64
+	var attempt int32
+	_, err = pgx.ForEachRow(rows, []any{&id, &attempt}, func() error {
+		l.ids, l.attempts = append(l.ids, id), append(l.attempts, attempt)
+		return nil
+	})
+	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
-	if len(ids) == 0 {
+	if len(l.ids) == 0 {
 		return 0, nil
 	}
-	tag, err := pool.Exec(ctx, completeSQL, ids, attempts)
+	tag, err := l.conn.Exec(ctx, completeStmt, l.ids, l.attempts)
 	if err != nil {
 		return 0, fmt.Errorf("complete: %w", err)
 	}

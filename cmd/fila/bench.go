@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register("bench", "benchmark pickup latency, throughput, idle cost and producer cost on a real PostgreSQL", runBench)
+	register("bench", "benchmark pickup latency, throughput, idle cost, producer cost, big tables and bulk inserts on a real PostgreSQL", runBench)
 }
 
 // benchFlags are bench's own flags.
@@ -26,10 +26,19 @@ type benchFlags struct {
 	jsonPath, chartPath                  string
 	chartRate                            int
 	cpuProfile                           string
+
+	soakDuration, soakWindow, soakRetention time.Duration
+	soakRate                                int
+	bigCompleted, bigScheduled, bigRate     int
+	bulkJobs                                int
+
+	peers    bool
+	peersDir string
 }
 
 func (f *benchFlags) add(fs *flag.FlagSet) {
-	fs.StringVar(&f.scenarios, "scenarios", strings.Join(suite.Scenarios, ","), "scenarios to run, comma-separated")
+	fs.StringVar(&f.scenarios, "scenarios", strings.Join(suite.DefaultScenarios, ","),
+		"scenarios to run, comma-separated, of: "+strings.Join(suite.Scenarios, ", ")+" (soak is not run by default)")
 	fs.StringVar(&f.rates, "rates", joinInts(suite.RatesDefault), "steady insert rates of the latency scenario, jobs/s, comma-separated")
 	fs.StringVar(&f.modes, "modes", strings.Join(suite.Modes, ","), "runtime modes to compare, comma-separated (wal is skipped where this build lacks it)")
 	fs.DurationVar(&f.duration, "duration", suite.DurationDefault, "producer run per rate and mode, and the steady-state run")
@@ -42,6 +51,16 @@ func (f *benchFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&f.chartPath, "chart", "bench-latency.svg", "write the latency CDF chart (SVG) to this file; empty for none")
 	fs.IntVar(&f.chartRate, "chart-rate", suite.ChartRateDefault, "the rate whose latencies the chart shows")
+	fs.DurationVar(&f.soakDuration, "soak-duration", suite.SoakDurationDefault, "how long the soak scenario's producers run")
+	fs.IntVar(&f.soakRate, "soak-rate", suite.SoakRateDefault, "the soak scenario's insert rate, jobs/s")
+	fs.DurationVar(&f.soakWindow, "soak-window", suite.SoakWindowDefault, "the soak scenario's report: one row per window")
+	fs.DurationVar(&f.soakRetention, "soak-retention", suite.SoakRetentionDefault, "the soak runtime's Retention of completed jobs")
+	fs.IntVar(&f.bigCompleted, "bigtable-completed", suite.BigTableCompletedDefault, "completed jobs the bigtable scenario seeds")
+	fs.IntVar(&f.bigScheduled, "bigtable-scheduled", suite.BigTableScheduledDefault, "pending jobs scheduled a day ahead the bigtable scenario seeds")
+	fs.IntVar(&f.bigRate, "bigtable-rate", suite.BigTableRateDefault, "insert rate of the bigtable scenario's pickup runs, jobs/s")
+	fs.IntVar(&f.bulkJobs, "bulk-jobs", suite.BulkJobsDefault, "jobs of the bulk scenario's InsertMany and COPY")
+	fs.BoolVar(&f.peers, "peers", false, "after Fila's scenarios, run River from the bench/peers module (go run) in this run, so the goals compare with it")
+	fs.StringVar(&f.peersDir, "peers-dir", suite.PeersDirDefault, "the bench/peers module's directory, for --peers")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (workers and producers) to this file, for go tool pprof")
 }
 
@@ -106,6 +125,14 @@ func (f *benchFlags) options() (suite.Options, error) {
 	o := suite.Options{
 		Scenarios: split(f.scenarios), Modes: split(f.modes), Duration: f.duration, DrainJobs: f.drainJobs,
 		Workers: f.workers, ClaimBatch: f.claimBatch, IdleDuration: f.idleDuration, ProducerDuration: f.prodDuration,
+		SoakDuration: f.soakDuration, SoakRate: f.soakRate, SoakWindow: f.soakWindow, SoakRetention: f.soakRetention,
+		BigTableCompleted: f.bigCompleted, BigTableScheduled: f.bigScheduled, BigTableRate: f.bigRate, BulkJobs: f.bulkJobs,
+	}
+	if f.peers {
+		if f.peersDir == "" {
+			return o, errors.New("--peers-dir is empty: give the bench/peers module's directory")
+		}
+		o.PeersDir = f.peersDir
 	}
 	var err error
 	if o.Rates, err = ints("--rates", f.rates); err != nil {

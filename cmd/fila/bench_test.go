@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,18 +17,34 @@ import (
 
 func TestBenchFlags(t *testing.T) {
 	t.Parallel()
-	f := benchFlags{scenarios: "latency, drain", rates: "10,100", modes: "notify", producers: "1,4"}
+	f := benchFlags{scenarios: "latency, drain,soak", rates: "10,100", modes: "notify", producers: "1,4",
+		soakDuration: 10 * time.Minute, soakRate: 5000, soakWindow: 30 * time.Second, bigCompleted: 10, bulkJobs: 7,
+		peers: true, peersDir: "elsewhere/peers"}
 	o, err := f.options()
 	require.NoError(t, err)
-	require.Equal(t, []string{"latency", "drain"}, o.Scenarios)
+	require.Equal(t, []string{"latency", "drain", "soak"}, o.Scenarios)
 	require.Equal(t, []int{10, 100}, o.Rates)
 	require.Equal(t, []int{1, 4}, o.ProducerCounts)
+	require.Equal(t, 10*time.Minute, o.SoakDuration)
+	require.Equal(t, 5000, o.SoakRate)
+	require.Equal(t, 30*time.Second, o.SoakWindow)
+	require.Equal(t, 10, o.BigTableCompleted)
+	require.Equal(t, 7, o.BulkJobs)
+	require.Equal(t, "elsewhere/peers", o.PeersDir)
+
+	f.peers = false
+	o, err = f.options()
+	require.NoError(t, err)
+	require.Empty(t, o.PeersDir, "no peers unless asked for")
 
 	for _, bad := range []benchFlags{
 		{scenarios: "latency,nope"},
 		{scenarios: "drain", rates: "10,x"},
 		{scenarios: "drain", modes: "push"},
 		{scenarios: ""},
+		{scenarios: "soak", soakDuration: time.Second, soakWindow: time.Minute},
+		{scenarios: "soak", soakRate: -5},
+		{scenarios: "drain", peers: true},
 	} {
 		_, err := bad.options()
 		require.Error(t, err, "%+v", bad)
@@ -66,4 +84,40 @@ func TestBenchBadFlag(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, exitUsage, ee.ExitCode())
 	require.Contains(t, string(out), `scenario "nope" is unknown`)
+}
+
+// TestBenchPeers runs River from the bench/peers module in the same run as
+// Fila's drain, and checks that the goal comparing them is judged on both
+// rows rather than reported as not measured.
+func TestBenchPeers(t *testing.T) {
+	t.Parallel()
+	peersDir, err := filepath.Abs(filepath.Join("..", "..", "bench", "peers"))
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join(peersDir, "go.mod")); err != nil {
+		testdb.Missing(t, "the bench/peers module: %v", err)
+	}
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "bench.json")
+	cmd := exec.Command(filaBin, "bench", "--dsn", testdb.AdminURL(),
+		"--scenarios", "drain,sqlfloor", "--drain-jobs", "300", "--workers", "20", "--claim-batch", "100",
+		"--peers", "--peers-dir", peersDir, "--json", jsonPath, "--chart", "")
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", out)
+	text := string(out)
+	require.Contains(t, text, "peers: river, run by bench/peers")
+	require.Regexp(t, regexp.MustCompile(`drain ≥ 1\.5× River's best tuned drain: (met|MISSED) \(\d+/s vs river tuned-\d+w-1ms \d+/s`), text)
+
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var res suite.Results
+	require.NoError(t, json.Unmarshal(b, &res))
+	var river int
+	for _, r := range res.Throughput {
+		if r.System == "river" {
+			river++
+			require.Equal(t, 300, r.Jobs, r.Mode)
+			require.Positive(t, r.JobsPerSec, r.Mode)
+		}
+	}
+	require.Equal(t, 2, river, "River's default drain and its best tuned one")
 }

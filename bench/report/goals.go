@@ -1,0 +1,328 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/fila-run/fila/bench"
+)
+
+// Goal is one of Fila's performance targets, judged only on figures measured
+// in the same run: a comparison with a peer or a floor whose figure this run
+// did not measure is "not measured", never a comparison with a number from
+// another day.
+type Goal struct {
+	Target string `json:"target"`
+	Status string `json:"status"` // GoalMet, GoalMissed or GoalNotMeasured
+	Detail string `json:"detail"` // the figures behind the verdict, or what is missing
+}
+
+// Goal statuses.
+const (
+	GoalMet         = "met"
+	GoalMissed      = "MISSED"
+	GoalNotMeasured = "not measured"
+)
+
+// Fila's targets, as factors of what it is compared with.
+const (
+	// FloorFactor: notify p50 at most this many times the listen+claim floor's.
+	FloorFactor = 1.3
+	// ProducerShare: the share of the asked commit rate the producers must
+	// reach at HighRate.
+	ProducerShare = 0.95
+	// DrainOverRiver: drain at least this many times River's best tuned drain.
+	DrainOverRiver = 1.5
+	// DrainOverSQLFloor: drain at least this share of the raw SQL floor.
+	DrainOverSQLFloor = 0.5
+	// SoakSizeFactor: during a soak the table stays within this many times
+	// its size at the end of the first window.
+	SoakSizeFactor = 2.0
+	// SoakP99Factor: a soak's p99 is flat when the last window's is at most
+	// this many times the first window's.
+	SoakP99Factor = 1.5
+	// BigTableFactor: pickup p50 on the seeded table at most this many
+	// times the empty table's.
+	BigTableFactor = 1.2
+)
+
+// Rates the goals are set at.
+var (
+	// P50Rates are the rates of the p50 goals.
+	P50Rates = []int{10, 100}
+	// P99Rate is the rate of the p99 goal.
+	P99Rate = 100
+	// HighRate is the single-job commit rate at which NOTIFY's commit lock
+	// matters.
+	HighRate = 1000
+)
+
+// HighRateMode is the runtime mode the README recommends at HighRate single-job
+// commits a second ("Choosing notify, WAL or poll": past a few hundred
+// notifying commits a second, switch to WAL).
+const HighRateMode = bench.ModeWAL
+
+// GoalInput is everything one run measured that a goal may look at. Rows of
+// peers (System "river") are there only when they ran in the same run.
+type GoalInput struct {
+	Latency    []bench.LatencyResult
+	Throughput []bench.ThroughputResult
+	Idle       []bench.IdleResult
+	Soak       *bench.SoakResult
+	BigTable   *bench.BigTableResult
+}
+
+// Goals judges every target on in.
+func Goals(in GoalInput) []Goal {
+	var gs []Goal
+	for _, rate := range P50Rates {
+		gs = append(gs, notifyVsRiver(in.Latency, rate, "p50", func(l bench.LatencyResult) float64 { return l.P50Ms }))
+	}
+	for _, rate := range P50Rates {
+		gs = append(gs, notifyVsFloor(in.Latency, rate))
+	}
+	gs = append(gs, notifyVsRiver(in.Latency, P99Rate, "p99", func(l bench.LatencyResult) float64 { return l.P99Ms }))
+	gs = append(gs, highRateProducers(in.Latency), highRateVsRiver(in.Latency))
+	gs = append(gs, drainVsRiver(in.Throughput), drainVsSQLFloor(in.Throughput))
+	gs = append(gs, soakGoals(in.Soak)...)
+	gs = append(gs, bigTableGoal(in.BigTable), idleGoal(in.Idle))
+	return gs
+}
+
+// WriteGoals writes one line per goal.
+func WriteGoals(w io.Writer, goals []Goal) error {
+	var b strings.Builder
+	for _, g := range goals {
+		fmt.Fprintf(&b, "- %s: %s (%s)\n", g.Target, g.Status, g.Detail)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func judge(target string, ok bool, format string, args ...any) Goal {
+	g := Goal{Target: target, Status: GoalMissed, Detail: fmt.Sprintf(format, args...)}
+	if ok {
+		g.Status = GoalMet
+	}
+	return g
+}
+
+func notMeasured(target, format string, args ...any) Goal {
+	return Goal{Target: target, Status: GoalNotMeasured, Detail: fmt.Sprintf(format, args...)}
+}
+
+// findLatency returns the row of system/mode at rate.
+func findLatency(rs []bench.LatencyResult, system, mode string, rate int) (bench.LatencyResult, bool) {
+	for _, r := range rs {
+		if r.System == system && r.Mode == mode && r.RatePerSec == rate && r.Count > 0 {
+			return r, true
+		}
+	}
+	return bench.LatencyResult{}, false
+}
+
+// riverTuned returns River's tuned latency row at rate with the lowest by.
+func riverTuned(rs []bench.LatencyResult, rate int, by func(bench.LatencyResult) float64) (bench.LatencyResult, bool) {
+	var best bench.LatencyResult
+	found := false
+	for _, r := range rs {
+		if r.System != bench.SystemRiver || !strings.HasPrefix(r.Mode, bench.TunedPrefix) || r.RatePerSec != rate || r.Count == 0 {
+			continue
+		}
+		if !found || by(r) < by(best) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+const noPeers = "River did not run in this run: fila bench --peers, or bench/peers"
+
+func notifyVsRiver(rs []bench.LatencyResult, rate int, pct string, by func(bench.LatencyResult) float64) Goal {
+	target := fmt.Sprintf("notify %s at %d/s ≤ River tuned's", pct, rate)
+	f, ok := findLatency(rs, bench.SystemFila, bench.ModeNotify, rate)
+	if !ok {
+		return notMeasured(target, "no fila notify row at %d/s", rate)
+	}
+	r, ok := riverTuned(rs, rate, by)
+	if !ok {
+		return notMeasured(target, "fila %s ms; %s", FormatMs(by(f)), noPeers)
+	}
+	return judge(target, by(f) <= by(r), "%s ms vs river %s %s ms, %s",
+		FormatMs(by(f)), r.Mode, FormatMs(by(r)), Ratio(by(f), by(r)))
+}
+
+func notifyVsFloor(rs []bench.LatencyResult, rate int) Goal {
+	target := fmt.Sprintf("notify p50 at %d/s ≤ %.1f× the listen+claim floor's", rate, FloorFactor)
+	f, ok := findLatency(rs, bench.SystemFila, bench.ModeNotify, rate)
+	if !ok {
+		return notMeasured(target, "no fila notify row at %d/s", rate)
+	}
+	fl, ok := findLatency(rs, bench.SystemFloor, bench.FloorListenClaim, rate)
+	if !ok {
+		return notMeasured(target, "no floor row at %d/s: run the floor scenario", rate)
+	}
+	return judge(target, f.P50Ms <= FloorFactor*fl.P50Ms, "%s ms vs floor %s ms, %s",
+		FormatMs(f.P50Ms), FormatMs(fl.P50Ms), Ratio(f.P50Ms, fl.P50Ms))
+}
+
+func highRateProducers(rs []bench.LatencyResult) Goal {
+	target := fmt.Sprintf("producers at %d single-job commits/s reach ≥ %.0f%% of it (fila %s)", HighRate, ProducerShare*100, HighRateMode)
+	f, ok := findLatency(rs, bench.SystemFila, HighRateMode, HighRate)
+	if !ok || f.AchievedPerSec == 0 {
+		return notMeasured(target, "no fila %s row at %d/s", HighRateMode, HighRate)
+	}
+	return judge(target, f.AchievedPerSec >= ProducerShare*float64(HighRate), "%.0f/s, %.1f%%",
+		f.AchievedPerSec, 100*f.AchievedPerSec/float64(HighRate))
+}
+
+func highRateVsRiver(rs []bench.LatencyResult) Goal {
+	target := fmt.Sprintf("%s p50 at %d/s ≤ River tuned's", HighRateMode, HighRate)
+	p50 := func(l bench.LatencyResult) float64 { return l.P50Ms }
+	f, ok := findLatency(rs, bench.SystemFila, HighRateMode, HighRate)
+	if !ok {
+		return notMeasured(target, "no fila %s row at %d/s", HighRateMode, HighRate)
+	}
+	r, ok := riverTuned(rs, HighRate, p50)
+	if !ok {
+		return notMeasured(target, "fila %s ms; %s", FormatMs(f.P50Ms), noPeers)
+	}
+	return judge(target, f.P50Ms <= r.P50Ms, "%s ms vs river %s %s ms, %s",
+		FormatMs(f.P50Ms), r.Mode, FormatMs(r.P50Ms), Ratio(f.P50Ms, r.P50Ms))
+}
+
+func findThroughput(ts []bench.ThroughputResult, system, mode string) (bench.ThroughputResult, bool) {
+	for _, t := range ts {
+		if t.System == system && t.Mode == mode {
+			return t, true
+		}
+	}
+	return bench.ThroughputResult{}, false
+}
+
+func drainVsRiver(ts []bench.ThroughputResult) Goal {
+	target := fmt.Sprintf("drain ≥ %.1f× River's best tuned drain", DrainOverRiver)
+	d, ok := findThroughput(ts, bench.SystemFila, bench.ThroughputDrain)
+	if !ok {
+		return notMeasured(target, "no fila drain: run the drain scenario")
+	}
+	var best *bench.ThroughputResult
+	for i, t := range ts {
+		if t.System == bench.SystemRiver && strings.HasPrefix(t.Mode, bench.TunedPrefix) && (best == nil || t.JobsPerSec > best.JobsPerSec) {
+			best = &ts[i]
+		}
+	}
+	if best == nil {
+		return notMeasured(target, "fila %.0f/s; %s", d.JobsPerSec, noPeers)
+	}
+	return judge(target, d.JobsPerSec >= DrainOverRiver*best.JobsPerSec, "%.0f/s vs river %s %.0f/s, %s",
+		d.JobsPerSec, best.Mode, best.JobsPerSec, Ratio(d.JobsPerSec, best.JobsPerSec))
+}
+
+func drainVsSQLFloor(ts []bench.ThroughputResult) Goal {
+	target := fmt.Sprintf("drain ≥ %.0f%% of the raw SQL floor", DrainOverSQLFloor*100)
+	d, ok := findThroughput(ts, bench.SystemFila, bench.ThroughputDrain)
+	if !ok {
+		return notMeasured(target, "no fila drain: run the drain scenario")
+	}
+	f, ok := findThroughput(ts, bench.SystemFila, bench.ThroughputSQLFloor)
+	if !ok {
+		return notMeasured(target, "fila %.0f/s; no SQL floor: run the sqlfloor scenario", d.JobsPerSec)
+	}
+	return judge(target, d.JobsPerSec >= DrainOverSQLFloor*f.JobsPerSec, "%.0f/s vs %.0f/s, %s",
+		d.JobsPerSec, f.JobsPerSec, Ratio(d.JobsPerSec, f.JobsPerSec))
+}
+
+// SoakSizeOK reports whether every window's table size stayed within
+// SoakSizeFactor of the first window's, and the largest ratio seen.
+func SoakSizeOK(s *bench.SoakResult) (bool, float64) {
+	first := float64(s.Windows[0].TableBytes)
+	worst := 0.0
+	for _, w := range s.Windows {
+		worst = max(worst, float64(w.TableBytes)/first)
+	}
+	return worst <= SoakSizeFactor, worst
+}
+
+// SoakP99Flat reports whether the last window's p99 is within SoakP99Factor
+// of the first window's, and the ratio.
+func SoakP99Flat(s *bench.SoakResult) (bool, float64) {
+	first, last := s.Windows[0].P99Ms, s.Windows[len(s.Windows)-1].P99Ms
+	r := last / first
+	if first == 0 || math.IsNaN(r) {
+		return false, math.NaN()
+	}
+	return r <= SoakP99Factor, r
+}
+
+func soakGoals(s *bench.SoakResult) []Goal {
+	size := fmt.Sprintf("soak: table size within %.0f× the first window's", SoakSizeFactor)
+	flat := fmt.Sprintf("soak: p99 flat (last window ≤ %.1f× the first)", SoakP99Factor)
+	if s == nil || len(s.Windows) == 0 {
+		const why = "run --scenarios soak, 5 minutes by default"
+		return []Goal{notMeasured(size, why), notMeasured(flat, why)}
+	}
+	first, last := s.Windows[0], s.Windows[len(s.Windows)-1]
+	sizeOK, worst := SoakSizeOK(s)
+	flatOK, ratio := SoakP99Flat(s)
+	return []Goal{
+		judge(size, sizeOK, "first %s, largest %s (%s), %d windows of %s at %d/s",
+			FormatBytes(first.TableBytes), FormatBytes(int64(worst*float64(first.TableBytes))),
+			formatNumber(worst)+"×", len(s.Windows), formatSeconds(s.WindowSec), s.RatePerSec),
+		judge(flat, flatOK, "first %s ms, last %s ms, %s", FormatMs(first.P99Ms), FormatMs(last.P99Ms), formatNumber(ratio)+"×"),
+	}
+}
+
+func bigTableGoal(b *bench.BigTableResult) Goal {
+	if b == nil {
+		return notMeasured(fmt.Sprintf("pickup p50 with a large history and backlog ≤ %.1f× the empty table's", BigTableFactor),
+			"run the bigtable scenario")
+	}
+	target := fmt.Sprintf("pickup p50 with %d completed and %d future-scheduled rows ≤ %.1f× the empty table's",
+		b.Completed, b.Scheduled, BigTableFactor)
+	return judge(target, b.Big.P50Ms <= BigTableFactor*b.Empty.P50Ms, "%s ms vs %s ms empty, %s",
+		FormatMs(b.Big.P50Ms), FormatMs(b.Empty.P50Ms), Ratio(b.Big.P50Ms, b.Empty.P50Ms))
+}
+
+// IdleBound is the most transactions an idle worker should run in its
+// window: one per poll interval and one per listener keep-alive, each
+// rounded up.
+func IdleBound(x bench.IdleResult) int {
+	n := 0
+	if x.SafetyPollSec > 0 {
+		n += int(math.Ceil(x.Seconds / x.SafetyPollSec))
+	}
+	if x.PingSec > 0 {
+		n += int(math.Ceil(x.Seconds / x.PingSec))
+	}
+	return n
+}
+
+func idleGoal(idle []bench.IdleResult) Goal {
+	target := "idle notify worker: at most one query per safety poll plus keep-alives"
+	for _, x := range idle {
+		if x.Mode == bench.ModeNotify {
+			return judge(target, x.Transactions <= int64(IdleBound(x)), "%d transactions in %.0f s, bound %d",
+				x.Transactions, x.Seconds, IdleBound(x))
+		}
+	}
+	return notMeasured(target, "run the idle scenario")
+}
+
+// FormatBytes formats a size in binary units: "812 kB", "14.2 MB", "1.30 GB".
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	return formatNumber(v) + " " + []string{"kB", "MB", "GB", "TB"}[i]
+}
+
+func formatSeconds(s float64) string { return formatNumber(s) + " s" }
