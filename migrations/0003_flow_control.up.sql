@@ -257,8 +257,18 @@ BEGIN
            (SELECT count(*)::int FROM rescued),
            CASE WHEN (SELECT count(*) FROM claimed) < v_left AND NOT (SELECT yes FROM paused) THEN
                (extract(epoch FROM least(
-                   (SELECT min(x.run_at) FROM fila_jobs x
-                    WHERE x.state = 'pending' AND x.queue = p_queue AND x.run_at > now() AND x.kind = ANY (p_kinds)),
+                   -- The next job of this worker's kinds among the next 100
+                   -- scheduled; if none is, the 100th's time: waking then
+                   -- costs one claim, while scanning every job scheduled of
+                   -- other kinds would cost every claim.
+                   (SELECT CASE WHEN bool_or(s.kind = ANY (p_kinds))
+                                THEN min(s.run_at) FILTER (WHERE s.kind = ANY (p_kinds))
+                                ELSE max(s.run_at) END
+                    FROM (SELECT x.run_at, x.kind FROM fila_jobs x
+                          WHERE x.state = 'pending' AND x.queue = p_queue AND x.run_at > now()
+                          ORDER BY x.run_at
+                          LIMIT 100) s
+                    HAVING count(*) > 0),
                    (SELECT min(x.lease_until) FROM fila_jobs x WHERE x.state = 'running')
                ) - clock_timestamp()) * 1000)::float8
            END;

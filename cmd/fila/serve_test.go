@@ -106,13 +106,15 @@ func TestWorkServesMetricsAndHealth(t *testing.T) {
 		return sample(f, "fila_job_outcomes_total", "kind", "noop", "outcome", "completed") == 2 &&
 			sample(f, "fila_job_outcomes_total", "kind", "fails", "outcome", "dead") == 1 &&
 			sample(f, "fila_job_outcomes_total", "kind", "perm", "outcome", "dead") == 1 &&
-			sample(f, "fila_jobs", "queue", "default", "state", "dead") == 2
+			sample(f, "fila_dead_jobs", "kind", "fails") == 1
 	})
 	require.EqualValues(t, 4, metric(f, "fila_pickup_latency_seconds", "queue", "default").GetHistogram().GetSampleCount())
 	require.EqualValues(t, 2, metric(f, "fila_job_run_duration_seconds", "kind", "noop").GetHistogram().GetSampleCount())
 	require.Equal(t, 0.0, sample(f, "fila_job_outcomes_total", "kind", "sleep", "outcome", "completed"), "every kind's series from the start")
 	require.Equal(t, 1.0, sample(f, "fila_wake_source_up", "mode", "notify"))
-	require.Equal(t, 2.0, sample(f, "fila_jobs", "queue", "default", "state", "completed"))
+	require.Equal(t, 2.0, sample(f, "fila_completed_jobs"))
+	require.Equal(t, 1.0, sample(f, "fila_dead_jobs", "kind", "perm"))
+	require.Equal(t, 0.0, sample(f, "fila_jobs", "queue", "default", "state", "pending"))
 	require.Equal(t, 1.0, sample(f, "fila_stats_up"))
 	require.NotNil(t, f["process_resident_memory_bytes"], "the process's own metrics")
 	require.NotNil(t, f["go_goroutines"])

@@ -89,8 +89,8 @@ func TestScrapeOfARealWorker(t *testing.T) {
 		return f.value(t, "fila_job_outcomes_total", "kind", "fails", "outcome", "dead") == 1 &&
 			f.value(t, "fila_job_outcomes_total", "kind", "ok", "outcome", "completed") == 3 &&
 			f.value(t, "fila_job_outcomes_total", "kind", "perm", "outcome", "dead") == 1 &&
-			f.value(t, "fila_jobs", "queue", "default", "state", "dead") == 2 &&
-			f.value(t, "fila_jobs", "queue", "default", "state", "completed") == 3
+			f.value(t, "fila_dead_jobs", "kind", "fails") == 1 &&
+			f.value(t, "fila_completed_jobs") == 3
 	})
 
 	// Six attempts ran: three ok, fails twice, perm once.
@@ -134,8 +134,8 @@ func TestScrapeOfARealWorker(t *testing.T) {
 
 	// The table's gauges, against the rows.
 	for queue, want := range map[string]map[string]float64{
-		"default": {"pending": 0, "running": 0, "completed": 3, "dead": 2, "cancelled": 0},
-		"other":   {"pending": 3, "running": 1, "completed": 0, "dead": 0, "cancelled": 0},
+		"default": {"pending": 0, "running": 0},
+		"other":   {"pending": 3, "running": 1},
 	} {
 		for state, n := range want {
 			require.Equal(t, n, f.value(t, "fila_jobs", "queue", queue, "state", state), "%s %s", queue, state)
@@ -147,7 +147,10 @@ func TestScrapeOfARealWorker(t *testing.T) {
 	require.Zero(t, f.value(t, "fila_oldest_runnable_job_age_seconds", "queue", "default"))
 	require.Equal(t, 1.0, f.value(t, "fila_dead_jobs", "kind", "fails"))
 	require.Equal(t, 1.0, f.value(t, "fila_dead_jobs", "kind", "perm"))
-	require.Zero(t, f.value(t, "fila_expired_leases"), "rescued")
+	require.Zero(t, f.value(t, "fila_dead_jobs", "kind", "ok"), "an expected kind without dead jobs")
+	require.Equal(t, 3.0, f.value(t, "fila_completed_jobs"))
+	require.Zero(t, f.value(t, "fila_cancelled_jobs"))
+	require.Zero(t, f.value(t, "fila_expired_leases", "queue", "other"), "rescued")
 	usage := f.value(t, "fila_notification_queue_usage_ratio")
 	require.True(t, usage >= 0 && usage <= 1, "usage %v", usage)
 	require.Equal(t, 1.0, f.value(t, "fila_stats_up"))
@@ -169,14 +172,17 @@ func TestTableStatsAreCached(t *testing.T) {
 	ctx := context.Background()
 	const maxAge = 2 * time.Second
 	url := serve(t, metrics.New(metrics.Options{DB: db.Pool, StatsMaxAge: maxAge, Queues: []string{"q"}}))
-	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (queue, kind, state, started_at, attempts, lease_until)
-		VALUES ('r', 'k', 'running', now() - interval '1 minute', 1, now() - interval '1 second')`)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (queue, kind, state, started_at, attempts, lease_until, finished_at) VALUES
+		('r', 'k', 'running', now() - interval '1 minute', 1, now() - interval '1 second', NULL),
+		('r', 'k', 'cancelled', now() - interval '1 minute', 1, NULL, now())`)
 	require.NoError(t, err)
 	read := time.Now()
 	f := scrape(t, url)
 	require.Zero(t, f.value(t, "fila_jobs", "queue", "q", "state", "pending"), "a known queue is exported before it has jobs")
 	require.Equal(t, 1.0, f.value(t, "fila_jobs", "queue", "r", "state", "running"))
-	require.Equal(t, 1.0, f.value(t, "fila_expired_leases"), "a lease nobody rescued")
+	require.Equal(t, 1.0, f.value(t, "fila_expired_leases", "queue", "r"), "a lease nobody rescued")
+	require.Zero(t, f.value(t, "fila_expired_leases", "queue", "q"))
+	require.Equal(t, 1.0, f.value(t, "fila_cancelled_jobs"))
 	_, err = runtime.Insert(ctx, db.Pool, "k", nil, &runtime.InsertOpts{Queue: "q"})
 	require.NoError(t, err)
 	f = scrape(t, url)

@@ -15,7 +15,7 @@ import (
 
 var (
 	jobsDesc = prometheus.NewDesc("fila_jobs",
-		"Jobs in the table per queue and state (pending, running, completed, dead, cancelled).",
+		"Jobs in the table per queue and state: pending (runnable or scheduled) and running. Finished jobs are counted table-wide: fila_dead_jobs, fila_cancelled_jobs, fila_completed_jobs.",
 		[]string{"queue", "state"}, nil)
 	runnableDesc = prometheus.NewDesc("fila_runnable_jobs",
 		"Pending jobs whose run_at has passed: the backlog, without jobs scheduled for later or waiting out a retry backoff.",
@@ -23,11 +23,16 @@ var (
 	oldestDesc = prometheus.NewDesc("fila_oldest_runnable_job_age_seconds",
 		"How long the oldest runnable job of the queue has waited since its run_at, on the database clock; 0 when none is runnable.",
 		[]string{"queue"}, nil)
+	expiredDesc = prometheus.NewDesc("fila_expired_leases",
+		"Running jobs past their lease: their worker died or stalled, and the next claim by any worker rescues them.",
+		[]string{"queue"}, nil)
 	deadDesc = prometheus.NewDesc("fila_dead_jobs",
 		"Dead jobs in the table per kind: failed for good, never retried by themselves.",
 		[]string{"kind"}, nil)
-	expiredDesc = prometheus.NewDesc("fila_expired_leases",
-		"Running jobs past their lease: their worker died or stalled, and the next claim of their queue rescues them.",
+	cancelledDesc = prometheus.NewDesc("fila_cancelled_jobs",
+		"Cancelled jobs in the table.", nil, nil)
+	completedDesc = prometheus.NewDesc("fila_completed_jobs",
+		"Completed jobs in the table, until retention deletes them: exact up to 10 000, then an estimate from the table's statistics.",
 		nil, nil)
 	notifyUsageDesc = prometheus.NewDesc("fila_notification_queue_usage_ratio",
 		"pg_notification_queue_usage(): the share of PostgreSQL's notification queue in use, 0 to 1. At 1 every notifying commit fails.",
@@ -36,10 +41,6 @@ var (
 		"1 when the last read of the jobs table's statistics succeeded, else 0 (and the table's gauges are absent).",
 		nil, nil)
 )
-
-// states are the job states exported for every known queue, at zero when
-// the queue has none.
-var states = []string{"pending", "running", "completed", "dead", "cancelled"}
 
 // tableStats serves the jobs table's gauges from a snapshot that one
 // scrape reads and the scrapes after it reuse until it is maxAge old.
@@ -51,6 +52,7 @@ type tableStats struct {
 
 	mu     sync.Mutex // held during a read: concurrent scrapes wait for it and share its result
 	queues []string   // exported even while the table has no job of theirs
+	kinds  []string   // exported in fila_dead_jobs even while none is dead
 	snap   *stats.Snapshot
 	err    error
 	readAt time.Time
@@ -59,6 +61,7 @@ type tableStats struct {
 func newTableStats(opts Options, log *zap.Logger) *tableStats {
 	t := &tableStats{db: opts.DB, maxAge: opts.StatsMaxAge, timeout: opts.StatsTimeout, log: log}
 	t.expectQueues(opts.Queues)
+	t.kinds = slices.Clone(opts.Kinds)
 	return t
 }
 
@@ -76,7 +79,8 @@ func (t *tableStats) describe(ch chan<- *prometheus.Desc) {
 	if t.db == nil {
 		return
 	}
-	for _, d := range []*prometheus.Desc{jobsDesc, runnableDesc, oldestDesc, deadDesc, expiredDesc, notifyUsageDesc, statsUpDesc} {
+	for _, d := range []*prometheus.Desc{jobsDesc, runnableDesc, oldestDesc, expiredDesc, deadDesc,
+		cancelledDesc, completedDesc, notifyUsageDesc, statsUpDesc} {
 		ch <- d
 	}
 }
@@ -113,33 +117,31 @@ func (t *tableStats) collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 
-	type key struct{ queue, state string }
-	jobs := map[key]int64{}
-	for _, qs := range s.States {
-		jobs[key{qs.Queue, qs.State}] = qs.Jobs
-		if !slices.Contains(queues, qs.Queue) {
-			queues = append(queues, qs.Queue)
+	byName := map[string]stats.Queue{}
+	for _, q := range s.Queues {
+		byName[q.Queue] = q
+		if !slices.Contains(queues, q.Queue) {
+			queues = append(queues, q.Queue)
 		}
-	}
-	lag := map[string]stats.QueueLag{}
-	for _, l := range s.Lag {
-		lag[l.Queue] = l
 	}
 	slices.Sort(queues)
-	for _, q := range queues {
-		for _, st := range states {
-			gauge(jobsDesc, float64(jobs[key{q, st}]), q, st)
-			delete(jobs, key{q, st})
-		}
-		gauge(runnableDesc, float64(lag[q].Runnable), q)
-		gauge(oldestDesc, lag[q].OldestAgeSecond, q)
-	}
-	for k, n := range jobs { // a state this build does not know of
-		gauge(jobsDesc, float64(n), k.queue, k.state)
+	for _, name := range queues {
+		q := byName[name] // zero for a known queue without jobs
+		gauge(jobsDesc, float64(q.Runnable+q.Scheduled), name, "pending")
+		gauge(jobsDesc, float64(q.Running), name, "running")
+		gauge(runnableDesc, float64(q.Runnable), name)
+		gauge(oldestDesc, q.OldestRunnableSeconds, name)
+		gauge(expiredDesc, float64(q.ExpiredLeases), name)
 	}
 	for _, d := range s.Dead {
 		gauge(deadDesc, float64(d.Dead), d.Kind)
 	}
-	gauge(expiredDesc, float64(s.ExpiredLeases))
+	for _, k := range t.kinds {
+		if !slices.ContainsFunc(s.Dead, func(d stats.KindDead) bool { return d.Kind == k }) {
+			gauge(deadDesc, 0, k)
+		}
+	}
+	gauge(cancelledDesc, float64(s.Cancelled))
+	gauge(completedDesc, float64(s.Completed.Jobs))
 	gauge(notifyUsageDesc, s.NotificationQueueUsage)
 }

@@ -1,0 +1,91 @@
+package stats
+
+// The statements of a snapshot. Each reads fila_jobs only through one of its
+// partial indexes, so its cost follows the backlog, the dead and cancelled
+// rows, or a bounded window of recent completions, never the history: with
+// the default 24 h retention the table holds tens of millions of completed
+// rows. TestQueriesUseIndexes holds every statement here to that.
+const (
+	// Every statement reads at most a backlog's worth of index entries:
+	// starting parallel workers for that costs more than it saves, several
+	// times over on a small machine. Local to the snapshot's transaction.
+	serialSQL = `SET LOCAL max_parallel_workers_per_gather = 0`
+
+	clockSQL = `SELECT now(), pg_notification_queue_usage()`
+
+	// Reads fila_jobs_pending_idx, which holds queue and run_at.
+	pendingSQL = `SELECT queue,
+	count(*) FILTER (WHERE run_at <= now()),
+	count(*) FILTER (WHERE run_at > now()),
+	extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+FROM fila_jobs WHERE state = 'pending'
+GROUP BY queue`
+
+	// Reads fila_jobs_lease_idx.
+	runningSQL = `SELECT queue, count(*), count(*) FILTER (WHERE lease_until < now())
+FROM fila_jobs WHERE state = 'running'
+GROUP BY queue`
+
+	// Reads fila_jobs_cancelled_idx alone. Dead and cancelled rows are never
+	// deleted by Fila, so they are counted from their indexes without
+	// visiting the table: not per queue, which the indexes do not hold.
+	cancelledSQL = `SELECT count(*) FROM fila_jobs WHERE state = 'cancelled'`
+
+	// Dead jobs per kind from fila_jobs_dead_idx (kind, finished_at) alone,
+	// and the most recent one's error by one backward step of the same index
+	// per kind.
+	deadSQL = `SELECT d.kind, d.jobs, d.last_at, coalesce(l.last_error, '')
+FROM (SELECT kind, count(*) AS jobs, max(finished_at) AS last_at
+      FROM fila_jobs WHERE state = 'dead' GROUP BY kind) d
+LEFT JOIN LATERAL (
+      SELECT last_error FROM fila_jobs j
+      WHERE j.state = 'dead' AND j.kind = d.kind AND j.finished_at IS NOT NULL
+      ORDER BY j.finished_at DESC LIMIT 1) l ON true
+ORDER BY d.jobs DESC, d.kind`
+
+	// Completed jobs: the finished index's row count from the last VACUUM or
+	// ANALYZE, scaled by how much the index has grown since, as the planner
+	// scales a table's (-1 when the index was never measured); and, unless
+	// that estimate is above $2, an exact count up to $1 rows, from the
+	// newest end of the index: retention deletes from the oldest end, whose
+	// entries stay until the next vacuum.
+	completedSQL = `WITH estimate AS (
+	SELECT coalesce((SELECT CASE
+		WHEN i.reltuples < 0 THEN -1
+		WHEN i.relpages = 0 THEN i.reltuples
+		ELSE i.reltuples / i.relpages * (pg_relation_size(i.oid) / current_setting('block_size')::float8)
+		END::float8
+	FROM pg_class i WHERE i.oid = to_regclass('fila_jobs_finished_idx')), -1) AS n)
+SELECT CASE WHEN n > $2::float8 THEN NULL ELSE
+	(SELECT count(*) FROM (SELECT 1 FROM fila_jobs WHERE state = 'completed' ORDER BY finished_at DESC LIMIT $1::int) c)
+	END, n
+FROM estimate`
+
+	// The most recent completions, newest first along
+	// fila_jobs_finished_idx: at most $1 jobs, finished in the last $2
+	// seconds. Rows written without started_at count as jobs but have no run
+	// time; percentile_cont skips their NULLs, and sorts each kind's run
+	// times once for both percentiles.
+	recentSQL = `WITH recent AS (
+	SELECT kind, extract(epoch FROM finished_at - started_at) * 1000 AS ms, finished_at
+	FROM fila_jobs
+	WHERE state = 'completed' AND finished_at > now() - make_interval(secs => $2::float8)
+	ORDER BY finished_at DESC LIMIT $1::int)
+SELECT kind, count(*), count(ms),
+	percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY ms::float8),
+	extract(epoch FROM now() - min(finished_at))::float8
+FROM recent GROUP BY kind ORDER BY count(*) DESC, kind`
+
+	// Whether the insert trigger notifies (what runtime.NotifyTriggerOn
+	// reads; read here too so that runtime may one day import this package).
+	// A trigger dropped by hand notifies no one either.
+	triggerSQL = `SELECT coalesce((SELECT tgenabled <> 'D' FROM pg_trigger
+	WHERE tgrelid = 'fila_jobs'::regclass AND tgname = 'fila_jobs_notify'), false)`
+
+	// Every worker row (migration 0002), and whether it is gone: not seen
+	// for $1 seconds.
+	workersSQL = `SELECT id, host, pid, queues, kinds, mode, wake_source, coalesce(wake_error, ''),
+	started_at, last_seen_at, extract(epoch FROM now() - last_seen_at)::float8,
+	last_seen_at < now() - make_interval(secs => $1::float8)
+FROM fila_workers ORDER BY started_at, id`
+)
