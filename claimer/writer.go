@@ -16,6 +16,7 @@ import (
 const (
 	WriterBufferDefault   = 4096
 	WriterMaxBatchDefault = 1000
+	WriterParallelDefault = 2
 	// WriteTimeoutDefault bounds one outcome statement.
 	WriteTimeoutDefault = 10 * time.Second
 	// skippedRetryMin and skippedRetryMax bound the backoff of an outcome
@@ -38,6 +39,9 @@ type WriterConfig struct {
 	MaxBatch int
 	// WriteTimeout bounds each statement. Defaults to WriteTimeoutDefault.
 	WriteTimeout time.Duration
+	// Parallel is how many statements may write at once, each on a
+	// connection of its own. Defaults to WriterParallelDefault.
+	Parallel int
 	// OnWritten, if set, is called after each write with how the database
 	// left each attempt (its new state, or StateFenced). It is called from
 	// the writer's goroutine and must not block for long.
@@ -83,6 +87,9 @@ func NewWriter(store *Store, cfg WriterConfig) *Writer {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = WriteTimeoutDefault
 	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = WriterParallelDefault
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -123,14 +130,30 @@ type retry struct {
 
 // Run writes outcomes until Close has been called and everything is written,
 // or until ctx is cancelled (outcomes still queued are then abandoned: their
-// jobs come back when their leases expire).
+// jobs come back when their leases expire). It writes with Parallel
+// statements at once.
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.stop.Do(func() { close(w.stopped) })
-	in := w.in        // nil once closed: a nil channel never delivers
-	var later []retry // outcomes whose rows were locked, by due time
+	var wg sync.WaitGroup
+	for range w.cfg.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// run is one of Run's writing loops; each takes the outcomes waiting when it
+// is free, so while one statement runs the next batch gathers for another.
+func (w *Writer) run(ctx context.Context) {
+	in := (<-chan Outcome)(w.in) // nil once closed: a nil channel never delivers
+	var later []retry            // outcomes whose rows were locked, by due time
 	for {
 		if in == nil && len(later) == 0 {
-			return nil
+			return
 		}
 		var retryDue <-chan time.Time
 		if len(later) > 0 {
@@ -147,7 +170,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		case <-retryDue:
 		case <-ctx.Done():
 			w.abandonAll(in, nil, later, ctx.Err())
-			return nil
+			return
 		}
 		// Take everything else that is waiting, up to the batch size.
 	fill:
@@ -177,7 +200,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		skipped, ok := w.write(ctx, batch)
 		if !ok {
 			w.abandonAll(in, nil, later, ctx.Err())
-			return nil
+			return
 		}
 		for _, o := range skipped {
 			wait := skippedRetryMin

@@ -248,25 +248,36 @@ BEGIN
         SELECT * FROM unnest(p_ids, p_attempts, p_started, p_ok, p_errs, p_delay_ms, p_permanent)
                       AS d(id, attempt, started, ok, err, delay_ms, permanent)
     ), locked AS (
-        SELECT j.id FROM fila_jobs j WHERE j.id = ANY (p_ids) FOR UPDATE SKIP LOCKED
+        -- Every row is reached by its primary key, and the fence is checked
+        -- on the locked row, which nothing else can change until this
+        -- statement commits. A state = 'running' condition on fila_jobs here
+        -- would let the planner, whose estimate of running rows is often
+        -- stale (a table analyzed while its backlog was pending), join
+        -- through the running-lease index: every running row, and the dead
+        -- entries of recent ones, read once per outcome.
+        SELECT j.id, j.state, j.attempts, j.started_at FROM fila_jobs j
+        WHERE j.id = ANY (p_ids)
+        FOR UPDATE SKIP LOCKED
+    ), mine AS (
+        SELECT d.* FROM d JOIN locked l
+            ON l.id = d.id AND l.state = 'running' AND l.attempts = d.attempt AND l.started_at = d.started
     ), updated AS (
         UPDATE fila_jobs j
         SET state = CASE
-                WHEN d.ok THEN 'completed'
-                WHEN d.permanent OR j.attempts >= j.max_attempts THEN 'dead'
+                WHEN m.ok THEN 'completed'
+                WHEN m.permanent OR j.attempts >= j.max_attempts THEN 'dead'
                 ELSE 'pending' END,
             run_at = CASE
-                WHEN NOT d.ok AND NOT d.permanent AND j.attempts < j.max_attempts
-                THEN now() + make_interval(secs => d.delay_ms / 1000)
+                WHEN NOT m.ok AND NOT m.permanent AND j.attempts < j.max_attempts
+                THEN now() + make_interval(secs => m.delay_ms / 1000)
                 ELSE j.run_at END,
             finished_at = CASE
-                WHEN d.ok OR d.permanent OR j.attempts >= j.max_attempts THEN now() END,
+                WHEN m.ok OR m.permanent OR j.attempts >= j.max_attempts THEN now() END,
             lease_until = NULL,
-            last_error  = CASE WHEN d.ok THEN j.last_error ELSE d.err END,
-            errors      = CASE WHEN d.ok THEN j.errors ELSE fila_append_error(j.errors, j.attempts, d.err) END
-        FROM d
-        WHERE j.id = d.id AND j.id IN (SELECT l.id FROM locked l)
-          AND j.attempts = d.attempt AND j.started_at = d.started AND j.state = 'running'
+            last_error  = CASE WHEN m.ok THEN j.last_error ELSE m.err END,
+            errors      = CASE WHEN m.ok THEN j.errors ELSE fila_append_error(j.errors, j.attempts, m.err) END
+        FROM mine m
+        WHERE j.id = m.id
         RETURNING j.id, j.attempts, j.started_at, j.state,
                   CASE WHEN j.state = 'pending' THEN (extract(epoch FROM j.run_at - now()) * 1000)::float8 END AS due_ms
     )
@@ -297,12 +308,14 @@ BEGIN
     ), locked AS (
         SELECT j.id, j.state, j.attempts, j.started_at FROM fila_jobs j
         WHERE j.id = ANY (p_ids) FOR UPDATE SKIP LOCKED
+    ), mine AS (
+        SELECT d.* FROM d JOIN locked l
+            ON l.id = d.id AND l.state = 'running' AND l.attempts = d.attempt AND l.started_at = d.started
     ), updated AS (
         UPDATE fila_jobs j
         SET lease_until = now() + make_interval(secs => p_lease_ms / 1000)
-        FROM d
-        WHERE j.id = d.id AND j.id IN (SELECT l.id FROM locked l)
-          AND j.attempts = d.attempt AND j.started_at = d.started AND j.state = 'running'
+        FROM mine m
+        WHERE j.id = m.id
         RETURNING j.id, j.attempts, j.started_at
     )
     SELECT d.id, d.attempt, d.started,
@@ -331,14 +344,24 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n int;
 BEGIN
+    WITH d AS (
+        SELECT * FROM unnest(p_ids, p_attempts, p_started) AS d(id, attempt, started)
+    ), locked AS (
+        SELECT j.id, j.state, j.attempts, j.started_at FROM fila_jobs j
+        WHERE j.id = ANY (p_ids)
+        FOR UPDATE
+    ), mine AS (
+        SELECT l.id FROM locked l JOIN d
+            ON l.id = d.id AND l.attempts = d.attempt AND l.started_at = d.started AND l.state = 'running'
+    )
     UPDATE fila_jobs j
     SET state       = 'pending',
         attempts    = j.attempts - 1,
         run_at      = now(),
         lease_until = NULL,
         errors      = fila_append_error(j.errors, j.attempts, p_reason || ' (not counted as an attempt)')
-    FROM unnest(p_ids, p_attempts, p_started) AS d(id, attempt, started)
-    WHERE j.id = d.id AND j.attempts = d.attempt AND j.started_at = d.started AND j.state = 'running';
+    FROM mine m
+    WHERE j.id = m.id;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END

@@ -67,6 +67,9 @@ func TestObserverSeesWakesClaimsAndOutcomes(t *testing.T) {
 		}},
 	)
 	cfg.Observer = obs
+	// A retry due well after the notification of its update: claimed on the
+	// timer that notification's claim sets.
+	cfg.RetryBase, cfg.RetryMax = 500*time.Millisecond, 500*time.Millisecond
 	rt := start(t, cfg)
 	require.NoError(t, rt.CheckReady(ctx))
 	_, err := runtime.Insert(ctx, db.Pool, "ok", nil, nil)

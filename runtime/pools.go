@@ -20,8 +20,9 @@ import (
 const pingIdleAfter = time.Minute
 
 // controlConns is the size of the pool Fila opens for its own statements
-// beside a Config.Pool: claims, outcomes, heartbeats and maintenance.
-const controlConns = 4
+// beside a Config.Pool: claims, outcomes (claimer.WriterParallelDefault at
+// once), heartbeats, maintenance and the scheduler.
+const controlConns = 6
 
 // open connects, checks the database, and builds what needs it: the store,
 // the worker's registry row and the wake source (told which database it
@@ -51,8 +52,8 @@ func (r *Runtime) open(ctx context.Context) error {
 		// Claims, outcomes, heartbeats and maintenance each need a
 		// connection; handlers use their own pool, so these never wait
 		// behind user work.
-		if pc.MaxConns < 4 {
-			pc.MaxConns = 4
+		if pc.MaxConns < controlConns {
+			pc.MaxConns = controlConns
 		}
 		// pgxpool pings every connection idle for over a second before
 		// handing it out: an idle worker would pay two statements per

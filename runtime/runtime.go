@@ -270,7 +270,14 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	for _, p := range r.producers {
 		claimedOnce.Add(1)
 		g.Go(func() error { return p.poller.Run(gctx) })
-		g.Go(func() error { return p.run(gctx, claimedOnce.Done) })
+		g.Go(func() error {
+			// A producer that stops before its first claim still counts, so
+			// the goroutine waiting on claimedOnce always ends.
+			var once sync.Once
+			claimed := func() { once.Do(claimedOnce.Done) }
+			defer claimed()
+			return p.run(gctx, claimed)
+		})
 	}
 	go func() { claimedOnce.Wait(); close(firstClaims) }()
 	g.Go(func() error { r.markReady(gctx, firstClaims); return nil })

@@ -20,6 +20,8 @@
 #      live under ${TMPDIR:-/tmp}/fila-pgbouncer/; it runs as the postgres
 #      user, daemonized. A running one is reloaded only if its config changed.
 #   5. go mod download for the main module (and bench/peers when it has a go.mod).
+#   6. chromium is installed (Debian package), for the dashboard's browser
+#      test (internal/ui), which drives it headless.
 #
 # The addresses are fixed (PostgreSQL 127.0.0.1:5432, PgBouncer 127.0.0.1:6432)
 # because the test suite's defaults name them: see internal/testdb and
@@ -241,4 +243,13 @@ if [ -f bench/peers/go.mod ]; then
 	step "go: modules downloaded (main module, bench/peers)"
 else
 	step "go: modules downloaded (main module)"
+fi
+
+# --- 6. chromium for the dashboard's browser test ------------------------------
+if [ -x /usr/bin/chromium ]; then
+	step "chromium: installed ($(/usr/bin/chromium --version 2>/dev/null | head -1))"
+else
+	apt_install chromium || die "could not install chromium"
+	[ -x /usr/bin/chromium ] || die "chromium installed but /usr/bin/chromium is missing"
+	step "chromium: installed ($(/usr/bin/chromium --version 2>/dev/null | head -1))"
 fi

@@ -1,0 +1,332 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fila-run/fila/internal/channel"
+	"github.com/fila-run/fila/runtime"
+)
+
+// pageSize is how many jobs a listing shows; the next page starts before
+// the last id shown.
+const pageSize = 50
+
+func (s *server) overviewPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.queryContext(r)
+	defer cancel()
+	o, err := readOverview(ctx, s.pool)
+	if err != nil {
+		s.fail(w, r, "reading the overview", err)
+		return
+	}
+	p := s.newPage(w, r, "Overview", "overview")
+	p.Data = o
+	s.render(w, http.StatusOK, "overview", p)
+}
+
+// jobSearch is the jobs page's form.
+type jobSearch struct {
+	ID, Kind, State, Queue string
+	Before                 int64
+}
+
+func (q jobSearch) query(before int64) string {
+	v := url.Values{}
+	for k, val := range map[string]string{"kind": q.Kind, "state": q.State, "queue": q.Queue} {
+		if val != "" {
+			v.Set(k, val)
+		}
+	}
+	if before > 0 {
+		v.Set("before", strconv.FormatInt(before, 10))
+	}
+	return v.Encode()
+}
+
+// jobList is a page of jobs.
+type jobList struct {
+	Search jobSearch
+	States []string
+	Jobs   []runtime.JobRow
+	// Next is the query of the next (older) page, "" on the last one; it
+	// is built by url.Values.Encode, so it is a query as it stands.
+	Next template.URL
+	// Unindexed is true for a search on kind or queue without a state,
+	// which no index leads with.
+	Unindexed bool
+	Problem   string
+}
+
+func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	search := jobSearch{ID: strings.TrimSpace(q.Get("id")), Kind: strings.TrimSpace(q.Get("kind")),
+		State: q.Get("state"), Queue: strings.TrimSpace(q.Get("queue"))}
+	list := &jobList{Search: search, States: runtime.JobStates()}
+	if search.ID != "" {
+		id, err := strconv.ParseInt(strings.TrimPrefix(search.ID, "#"), 10, 64)
+		if err != nil || id <= 0 {
+			list.Problem = fmt.Sprintf("job id %q is not a positive whole number", search.ID)
+		} else {
+			http.Redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), http.StatusSeeOther)
+			return
+		}
+	}
+	if b := q.Get("before"); b != "" && list.Problem == "" {
+		before, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || before <= 0 {
+			list.Problem = fmt.Sprintf("before %q is not a positive job id", b)
+		}
+		search.Before = before
+	}
+	if search.State != "" && !slices.Contains(list.States, search.State) && list.Problem == "" {
+		list.Problem = fmt.Sprintf("state %q is unknown: use %s", search.State, strings.Join(list.States, ", "))
+	}
+	if search.Queue != "" && list.Problem == "" {
+		if err := channel.ValidateQueue(search.Queue); err != nil {
+			list.Problem = err.Error()
+		}
+	}
+	list.Search = search
+	list.Unindexed = search.State == "" && (search.Kind != "" || search.Queue != "")
+	p := s.newPage(w, r, "Jobs", "jobs")
+	p.Data = list
+	if list.Problem != "" {
+		s.render(w, http.StatusBadRequest, "jobs", p)
+		return
+	}
+	ctx, cancel := s.queryContext(r)
+	defer cancel()
+	jobs, err := runtime.ListJobs(ctx, s.pool, runtime.JobFilter{State: search.State, Kind: search.Kind,
+		Queue: search.Queue, BeforeID: search.Before, Limit: pageSize})
+	if err != nil {
+		s.fail(w, r, "searching jobs", err)
+		return
+	}
+	list.Jobs = jobs
+	if len(jobs) == pageSize {
+		list.Next = template.URL(search.query(jobs[len(jobs)-1].ID))
+	}
+	s.render(w, http.StatusOK, "jobs", p)
+}
+
+// jobDetail is one job with what the page derives from it.
+type jobDetail struct {
+	Job     *runtime.JobRow
+	Payload string
+	// Waited is from when the job was due to its last attempt's start;
+	// Ran, that attempt's run time. Nil when unknown.
+	Waited, Ran *time.Duration
+	CanRetry    bool
+	CanCancel   bool
+	CanDelete   bool
+}
+
+func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		s.message(w, r, http.StatusBadRequest, "No such job", fmt.Sprintf("job id %q is not a positive whole number", r.PathValue("id")))
+		return
+	}
+	ctx, cancel := s.queryContext(r)
+	defer cancel()
+	job, err := runtime.GetJob(ctx, s.pool, id)
+	if errors.Is(err, runtime.ErrJobNotFound) {
+		s.message(w, r, http.StatusNotFound, "No such job", fmt.Sprintf("job %d does not exist (it may have been deleted, or removed by retention once completed)", id))
+		return
+	}
+	if err != nil {
+		s.fail(w, r, fmt.Sprintf("reading job %d", id), err)
+		return
+	}
+	d := &jobDetail{Job: job, Payload: prettyJSON(job.Payload),
+		CanRetry:  job.State == "dead" || job.State == "cancelled",
+		CanCancel: job.State == "pending" || job.State == "running",
+		CanDelete: job.State != "running"}
+	if job.StartedAt != nil {
+		due := job.CreatedAt
+		if job.RunAt.After(due) {
+			due = job.RunAt
+		}
+		if job.StartedAt.After(due) || job.StartedAt.Equal(due) {
+			waited := job.StartedAt.Sub(due)
+			d.Waited = &waited
+		}
+		if job.FinishedAt != nil && !job.FinishedAt.Before(*job.StartedAt) {
+			ran := job.FinishedAt.Sub(*job.StartedAt)
+			d.Ran = &ran
+		}
+	}
+	p := s.newPage(w, r, fmt.Sprintf("Job %d", id), "jobs")
+	p.Data = d
+	s.render(w, http.StatusOK, "job", p)
+}
+
+// prettyJSON indents a payload for reading; the template shows it as text.
+func prettyJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// deadList is the dead jobs page.
+type deadList struct {
+	Kinds []deadKind
+	Kind  string
+	Jobs  []runtime.JobRow
+	Next  template.URL // as jobList.Next
+}
+
+// deadKindsSQL counts dead jobs per kind from fila_jobs_dead_idx alone.
+const deadKindsSQL = `SELECT kind, count(*) FROM fila_jobs WHERE state = 'dead' GROUP BY kind ORDER BY count(*) DESC, kind`
+
+func (s *server) deadPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	d := &deadList{Kind: strings.TrimSpace(q.Get("kind"))}
+	var before int64
+	if b := q.Get("before"); b != "" {
+		var err error
+		if before, err = strconv.ParseInt(b, 10, 64); err != nil || before <= 0 {
+			s.message(w, r, http.StatusBadRequest, "Dead jobs", fmt.Sprintf("before %q is not a positive job id", b))
+			return
+		}
+	}
+	ctx, cancel := s.queryContext(r)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, deadKindsSQL)
+	if err != nil {
+		s.fail(w, r, "counting dead jobs", err)
+		return
+	}
+	for rows.Next() {
+		var k deadKind
+		if err := rows.Scan(&k.Kind, &k.Dead); err != nil {
+			rows.Close()
+			s.fail(w, r, "counting dead jobs", err)
+			return
+		}
+		d.Kinds = append(d.Kinds, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		s.fail(w, r, "counting dead jobs", err)
+		return
+	}
+	d.Jobs, err = runtime.ListJobs(ctx, s.pool, runtime.JobFilter{State: "dead", Kind: d.Kind, BeforeID: before, Limit: pageSize})
+	if err != nil {
+		s.fail(w, r, "listing dead jobs", err)
+		return
+	}
+	if len(d.Jobs) == pageSize {
+		v := url.Values{"before": {strconv.FormatInt(d.Jobs[len(d.Jobs)-1].ID, 10)}}
+		if d.Kind != "" {
+			v.Set("kind", d.Kind)
+		}
+		d.Next = template.URL(v.Encode())
+	}
+	p := s.newPage(w, r, "Dead jobs", "dead")
+	p.Data = d
+	s.render(w, http.StatusOK, "dead", p)
+}
+
+func (s *server) loginPage(w http.ResponseWriter, r *http.Request) {
+	p := s.newPage(w, r, "Log in", "login")
+	p.Data = localPath(r.URL.Query().Get("back"), "/")
+	s.render(w, http.StatusOK, "login", p)
+}
+
+// templateFuncs format what the pages show. Everything they return is
+// text, escaped by html/template where it lands.
+var templateFuncs = template.FuncMap{
+	"ago": func(d time.Duration) string { return formatDuration(d) },
+	"since": func(t, now time.Time) string {
+		return formatDuration(now.Sub(t))
+	},
+	"time": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			return v.UTC().Format("2006-01-02 15:04:05.000 UTC")
+		case *time.Time:
+			if v == nil {
+				return "—"
+			}
+			return v.UTC().Format("2006-01-02 15:04:05.000 UTC")
+		}
+		return ""
+	},
+	// stime is a time in a listing, to the second; the column says UTC.
+	"stime": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			return v.UTC().Format("2006-01-02 15:04:05")
+		case *time.Time:
+			if v != nil {
+				return v.UTC().Format("2006-01-02 15:04:05")
+			}
+		}
+		return "—"
+	},
+	"dur": func(d *time.Duration) string {
+		if d == nil {
+			return "—"
+		}
+		return formatDuration(*d)
+	},
+	"oneline": func(s string, n int) string {
+		s = strings.Join(strings.Fields(s), " ")
+		if r := []rune(s); len(r) > n {
+			return string(r[:n]) + "…"
+		}
+		return s
+	},
+	"pct":  func(f float64) string { return fmt.Sprintf("%.2f%%", f*100) },
+	"join": strings.Join,
+	"dict": func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	},
+	"num": func(n int64) string {
+		s := strconv.FormatInt(n, 10)
+		var b strings.Builder
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+				b.WriteRune('\u202f')
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	},
+}
+
+// formatDuration prints a duration to a precision that suits its size.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0 s"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%d µs", d.Microseconds())
+	case d < time.Second:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	case d < time.Minute:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd %02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
