@@ -39,8 +39,8 @@ type Observer interface {
 	// Each job's Wait is its pickup latency on the database clock.
 	Claimed(queue string, jobs []*Job, rescued int)
 	// Finished is called once per attempt when its end is known: ran is how
-	// long its handler ran (0 when the handler did not return through this
-	// runtime's hands, as for a fenced outcome).
+	// long its handler ran (for a fenced outcome too: the handler returned,
+	// but its result was refused).
 	Finished(job *Job, outcome Outcome, ran time.Duration)
 }
 

@@ -172,6 +172,9 @@ func (r *Runtime) Mode() Mode { return r.cfg.Mode }
 // Queues are the queues the runtime works.
 func (r *Runtime) Queues() []string { return slices.Clone(r.cfg.Queues) }
 
+// Kinds are the job kinds the runtime handles, sorted.
+func (r *Runtime) Kinds() []string { return slices.Clone(r.kindNames) }
+
 // ErrNotReady is wrapped by CheckReady's error.
 var ErrNotReady = errors.New("fila: worker not ready")
 
@@ -183,6 +186,8 @@ func (r *Runtime) CheckReady(ctx context.Context) error {
 	select {
 	case <-r.done:
 		return fmt.Errorf("%w: stopped", ErrNotReady)
+	case <-r.claimingDone:
+		return fmt.Errorf("%w: stopping: it claims no more jobs", ErrNotReady)
 	default:
 	}
 	if !r.opened.Load() {
