@@ -99,7 +99,8 @@ type Config struct {
 	// prepared statements. Required unless Pool is set.
 	DSN string
 	// ListenDSN is the dedicated listener's connection string; it must reach
-	// PostgreSQL directly. Defaults to DSN.
+	// PostgreSQL directly, and the same database as DSN (or Pool): Run
+	// checks. Defaults to DSN, or to Pool's connection string.
 	ListenDSN string
 	// Pool, if set, is used instead of opening one from DSN; Fila does not
 	// close it. Handlers may share it and hold all its connections: Fila's
@@ -203,6 +204,11 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.ListenDSN == "" {
 		c.ListenDSN = c.DSN
+	}
+	if c.ListenDSN == "" && c.Pool != nil {
+		// The pool's own connection string: the wake source must reach the
+		// same database (it checks), directly.
+		c.ListenDSN = c.Pool.Config().ConnString()
 	}
 	if len(c.Queues) == 0 {
 		c.Queues = []string{"default"}

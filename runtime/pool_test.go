@@ -48,3 +48,18 @@ func TestSharedPoolHeldByHandlersDoesNotStarveHeartbeats(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs WHERE attempts > 1").Scan(&again))
 	require.Zero(t, again, "a lease expired while its handler held or waited for a connection")
 }
+
+// With only a Pool given, the listener connects with the pool's own
+// connection string.
+func TestPoolAloneDefaultsTheListenDSN(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, db.DirectDSN)
+	require.NoError(t, err)
+	defer pool.Close()
+	cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(context.Context, *runtime.Job) error { return nil }})
+	cfg.DSN, cfg.ListenDSN, cfg.Pool = "", "", pool
+	rt := start(t, cfg)
+	require.True(t, rt.Stats().Healthy, "the listener is up on the pool's connection string")
+}
