@@ -106,7 +106,10 @@ func TestWorkServesMetricsAndHealth(t *testing.T) {
 		return sample(f, "fila_job_outcomes_total", "kind", "noop", "outcome", "completed") == 2 &&
 			sample(f, "fila_job_outcomes_total", "kind", "fails", "outcome", "dead") == 1 &&
 			sample(f, "fila_job_outcomes_total", "kind", "perm", "outcome", "dead") == 1 &&
-			sample(f, "fila_dead_jobs", "kind", "fails") == 1
+			sample(f, "fila_dead_jobs", "kind", "fails") == 1 &&
+			// The table's gauges come from a snapshot cached a few seconds.
+			sample(f, "fila_dead_jobs", "kind", "perm") == 1 &&
+			sample(f, "fila_completed_jobs") == 2
 	})
 	require.EqualValues(t, 4, metric(f, "fila_pickup_latency_seconds", "queue", "default").GetHistogram().GetSampleCount())
 	require.EqualValues(t, 2, metric(f, "fila_job_run_duration_seconds", "kind", "noop").GetHistogram().GetSampleCount())
