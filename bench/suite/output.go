@@ -178,8 +178,10 @@ func producersSection(b *bytes.Buffer, r *Results) error {
 	if err := t.Write(b); err != nil {
 		return err
 	}
-	b.WriteString("notify: the insert trigger on (its NOTIFY takes one instance-wide lock at every commit); no-trigger: the same\n" +
-		"insert with the trigger disabled; wal: trigger disabled while a worker follows inserts by logical replication.\n")
+	b.WriteString("notify-always: the insert trigger notifying every commit (its NOTIFY takes one instance-wide lock at\n" +
+		"commit), as for a program listening on every queue; notify: the trigger on while a notify-mode worker runs, as Fila\n" +
+		"runs by default (producers notify only while it sleeps; under load it polls); no-trigger: the same insert with the\n" +
+		"trigger disabled; wal: trigger disabled while a worker follows inserts by logical replication.\n")
 	return nil
 }
 

@@ -18,7 +18,13 @@ import (
 // Producer variants: how workers learn of new jobs, which decides what a
 // producer's COMMIT pays.
 const (
-	ProducersNotify    = "notify"     // the insert trigger's NOTIFY: one instance-wide lock per commit
+	// ProducersNotifyAlways: the insert trigger's NOTIFY on every commit, as
+	// when a program LISTENs for every queue (a '*' sleeper): one
+	// instance-wide lock per commit.
+	ProducersNotifyAlways = "notify-always"
+	// ProducersNotify: a notify-mode worker running, as Fila runs by default:
+	// producers notify only while it sleeps, and under load it polls.
+	ProducersNotify    = "notify"
 	ProducersNoTrigger = "no-trigger" // nothing: the bare commit
 	ProducersWAL       = "wal"        // trigger off, a logical-replication worker running
 )
@@ -27,6 +33,7 @@ const (
 type producerVariant struct {
 	name    string
 	trigger bool
+	always  bool   // a '*' sleeper: the trigger notifies every commit
 	worker  string // runtime mode of a worker running meanwhile, "" for none
 }
 
@@ -34,7 +41,8 @@ type producerVariant struct {
 // the runtime's WAL mode.
 func (s *suite) producerVariants() []producerVariant {
 	vs := []producerVariant{
-		{name: ProducersNotify, trigger: true},
+		{name: ProducersNotifyAlways, trigger: true, always: true},
+		{name: ProducersNotify, trigger: true, worker: ModeNotify},
 		{name: ProducersNoTrigger, trigger: false},
 	}
 	if slices.Contains(s.opts.Modes, ModeWAL) {
@@ -48,9 +56,11 @@ func (s *suite) producerVariants() []producerVariant {
 }
 
 // producers measures what P concurrent producers commit per second, each
-// committing one single-row INSERT per transaction, for each variant. No
-// worker runs in the notify and no-trigger variants: the NOTIFY lock is
-// taken at commit whether anyone listens or not.
+// committing one single-row INSERT per transaction, for each variant. In
+// notify-always a sleeper row makes the trigger notify every commit, with
+// nobody listening (the NOTIFY lock is taken at commit whether anyone listens
+// or not); in notify a notify-mode worker runs, and producers notify only
+// while it sleeps.
 func (s *suite) producers(ctx context.Context) error {
 	for _, v := range s.producerVariants() {
 		for _, p := range s.opts.ProducerCounts {
@@ -82,6 +92,11 @@ func (s *suite) runProducers(ctx context.Context, v producerVariant, producers i
 	if !v.trigger {
 		if err := runtime.SetNotifyTrigger(ctx, pool, false); err != nil {
 			return res, err
+		}
+	}
+	if v.always {
+		if _, err := pool.Exec(ctx, `INSERT INTO fila_sleepers (queue, worker) VALUES ('*', 'bench-producers')`); err != nil {
+			return res, fmt.Errorf("record a sleeper on every queue: %w", err)
 		}
 	}
 	if v.worker != "" {

@@ -157,7 +157,7 @@ const idleSlack = 8
 func TestProducers(t *testing.T) {
 	t.Parallel()
 	res := tiny(t, suite.ScenarioProducers)
-	require.Len(t, res.Producers, 4) // notify and no-trigger × 1 and 3 producers
+	require.Len(t, res.Producers, 6) // notify-always, notify and no-trigger × 1 and 3 producers
 	for _, p := range res.Producers {
 		require.Positive(t, p.Commits, "%s ×%d", p.Mode, p.Producers)
 		require.Positive(t, p.CommitsPerSec)
