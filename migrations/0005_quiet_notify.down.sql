@@ -1,3 +1,4 @@
+ALTER TABLE fila_jobs RESET (autovacuum_vacuum_cost_delay);
 DROP FUNCTION IF EXISTS fila_sleep(text, text);
 CREATE OR REPLACE FUNCTION fila_notify_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
