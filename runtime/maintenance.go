@@ -11,8 +11,14 @@ import (
 // retentionBatch is how many jobs one retention statement deletes.
 const retentionBatch = 1000
 
-// maintenanceEvery is the period of the maintenance loop.
-const maintenanceEvery = time.Minute
+// maintenanceEvery is the period of the maintenance loop; maintenanceBusy
+// its period while retention finds whole batches to delete, so that under
+// sustained load the table holds little more than its retention's worth of
+// jobs.
+const (
+	maintenanceEvery = time.Minute
+	maintenanceBusy  = 10 * time.Second
+)
 
 // vacuumAfter is how many jobs this worker must have completed or deleted
 // since its last VACUUM of fila_jobs before it runs another. Every job
@@ -39,12 +45,13 @@ func (r *Runtime) maintenanceLoop(ctx context.Context) error {
 	lastRetention, lastTouch := time.Now(), time.Now()
 	var churn int64 // jobs completed and deleted since this worker's last VACUUM
 	canVacuum := r.mayVacuum(ctx)
+	every := maintenanceEvery
 	for {
-		jitter := time.Duration(rand.Int64N(int64(maintenanceEvery / 4)))
+		jitter := time.Duration(rand.Int64N(int64(every / 4)))
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(maintenanceEvery + jitter):
+		case <-time.After(every + jitter):
 		}
 		r.flushMinutes(ctx)
 		if time.Since(lastTouch) >= registryTouchEvery {
@@ -56,9 +63,14 @@ func (r *Runtime) maintenanceLoop(ctx context.Context) error {
 		}
 		churn += r.completedSinceRetention.Swap(0)
 		lastRetention = time.Now()
-		churn += r.retention(ctx, "completed", r.cfg.Retention)
-		churn += r.retention(ctx, "dead", r.cfg.DeadRetention)
-		churn += r.retention(ctx, "cancelled", r.cfg.DeadRetention)
+		deleted := r.retention(ctx, "completed", r.cfg.Retention)
+		deleted += r.retention(ctx, "dead", r.cfg.DeadRetention)
+		deleted += r.retention(ctx, "cancelled", r.cfg.DeadRetention)
+		churn += deleted
+		every = maintenanceEvery
+		if deleted >= retentionBatch {
+			every = maintenanceBusy
+		}
 		if canVacuum && churn >= vacuumAfter {
 			churn = 0
 			r.vacuum(ctx)
