@@ -62,7 +62,6 @@ var groupName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)
 // workFile is a configuration file, checked and resolved: everything but
 // the handlers, which need the process's stdout.
 type workFile struct {
-	path string
 	// dsn and listenDSN are the file's connections, "" where it sets none.
 	dsn, listenDSN                           string
 	shutdown                                 time.Duration
@@ -104,7 +103,7 @@ func loadWorkFile(path string, getenv func(string) (string, bool)) (*workFile, e
 	if err != nil {
 		return nil, err
 	}
-	wf := &workFile{path: path, shutdown: shutdownTimeoutDefault}
+	wf := &workFile{shutdown: shutdownTimeoutDefault}
 	if v, ok := top.get("dsn"); ok {
 		if wf.dsn, err = v.secret(getenv, "FILA_DSN"); err != nil {
 			return nil, err

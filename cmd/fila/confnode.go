@@ -204,9 +204,8 @@ func (v confNode) mergedPairs(val *yaml.Node) ([]confPair, error) {
 	return src.pairs()
 }
 
-// fields is a mapping whose keys were checked against the ones allowed.
+// confFields is a mapping whose keys were checked against the ones allowed.
 type confFields struct {
-	at   confNode
 	vals map[string]confNode
 }
 
@@ -221,7 +220,7 @@ func (v confNode) fields(known ...string) (*confFields, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &confFields{at: v, vals: map[string]confNode{}}
+	f := &confFields{vals: map[string]confNode{}}
 	for _, p := range ps {
 		if strings.HasPrefix(p.key, extensionPrefix) && slices.Contains(known, extensionPrefix+"*") {
 			continue

@@ -53,7 +53,7 @@ type workFlags struct {
 }
 
 func (f *workFlags) add(fs *flag.FlagSet) {
-	fs.StringVar(&f.config, "config", "", "FILE: run the worker groups, recurring tasks and endpoints a YAML file declares (see docs/fila.example.yaml); takes the place of every other work flag")
+	fs.StringVar(&f.config, "config", "", "run the worker groups, recurring tasks and endpoints the YAML `FILE` declares (see docs/fila.example.yaml), in place of the other work flags")
 	fs.BoolVar(&f.checkOnly, "check", false, "with --config: check the file, print the groups it declares, and exit without connecting")
 	fs.Var(&f.queues, "queue", "queue to work, as QUEUE, or QUEUE=N to run up to N of its jobs at once instead of --concurrency (repeatable; default: default)")
 	fs.Var(&f.execs, "exec", "KIND=COMMAND: run COMMAND with sh -c for each job of KIND; payload on stdin, its stdout goes to this worker's stdout, the tail of its stderr becomes the job's error; exit 0 completes, "+fmt.Sprint(ExitPermanent)+" fails permanently, anything else retries (repeatable, one per kind)")
