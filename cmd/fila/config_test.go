@@ -254,10 +254,11 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 }
 
 // A payload is written as the JSON of what the file says: text stays
-// text (a date too), numbers stay numbers, keys are text.
+// text (a date too), numbers stay numbers, keys are text. The words that
+// stand for a setting (off, keep) are read as such.
 func TestConfigPayloadIsJSON(t *testing.T) {
 	t.Parallel()
-	path := writeConfig(t, `workers: [{name: a}]
+	path := writeConfig(t, `workers: [{name: a, busy_rate: off, retention: keep}]
 x-common: &common {source: fila}
 recurring:
   - name: t
@@ -275,6 +276,8 @@ recurring:
 `)
 	wf, err := loadWorkFile(path, env(nil))
 	require.NoError(t, err)
+	require.Negative(t, wf.groups[0].cfg.BusyRate, "off: always wait for notifications")
+	require.Negative(t, wf.groups[0].cfg.Retention, "keep")
 	raw := wf.groups[0].cfg.Recurring[0].Payload.(json.RawMessage)
 	require.JSONEq(t, `{"source": "fila", "day": "2026-01-31", "n": 3, "ratio": 0.5, "on": true, "none": null,
 		"1": "one", "list": ["a", 2, {"b": "c"}]}`, string(raw))
