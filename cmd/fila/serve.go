@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"github.com/fila-run/fila/runtime"
 	"github.com/fila-run/fila/runtime/metrics"
 )
 
@@ -46,9 +45,10 @@ type endpoints struct {
 }
 
 // serveEndpoints listens on the addresses given (none when both are empty)
-// and serves until shutdown. An address that cannot be listened on is an
-// error naming its flag; nothing is left listening then.
-func serveEndpoints(metricsAddr, healthAddr string, m *metrics.Metrics, rt *runtime.Runtime, log *zap.Logger) (*endpoints, error) {
+// and serves until shutdown; /readyz answers what ready says (every
+// runtime of the process works as configured). An address that cannot be
+// listened on is an error naming its flag; nothing is left listening then.
+func serveEndpoints(metricsAddr, healthAddr string, m *metrics.Metrics, ready func(context.Context) error, log *zap.Logger) (*endpoints, error) {
 	log = log.Named("http")
 	e := &endpoints{done: make(chan struct{}), log: log}
 	muxes := map[string]*http.ServeMux{}
@@ -76,7 +76,7 @@ func serveEndpoints(metricsAddr, healthAddr string, m *metrics.Metrics, rt *runt
 		h.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 			defer cancel()
-			if err := rt.CheckReady(ctx); err != nil {
+			if err := ready(ctx); err != nil {
 				http.Error(w, oneLineError(err), http.StatusServiceUnavailable)
 				return
 			}
