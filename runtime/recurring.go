@@ -168,7 +168,16 @@ type scheduledTask struct {
 	payload string
 	missed  Missed
 	cursor  time.Time // the last slot handled (enqueued, or found enqueued)
+	// caughtUp is set after the first pass since start: slots missed before
+	// it were missed while no worker ran (Missed decides), slots missed after
+	// it by a stall of this process (all are enqueued, up to catchUpMax).
+	caughtUp bool
 }
+
+// catchUpMax bounds the slots a running scheduler enqueues at once after a
+// stall (a long pause of the process, a database that did not answer):
+// beyond it, the older ones are handled as missed during downtime.
+const catchUpMax = 60
 
 // schedulerLoop enqueues the recurring tasks' jobs on time, on the database
 // clock, until ctx ends.
@@ -269,15 +278,34 @@ func (r *Runtime) defineTask(ctx context.Context, t *scheduledTask) error {
 // runDue enqueues the task's latest slot at or before now if it is due:
 // after the cursor, and on time or allowed by the task's Missed.
 func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask, now time.Time) error {
-	slot, ok := latestSlot(t.sched, t.cursor, now)
-	if !ok {
+	slots := dueSlots(t.sched, t.cursor, now, catchUpMax)
+	if len(slots) == 0 {
 		return nil
 	}
-	if t.missed == MissedNone && now.Sub(slot) > missedNoneSlack {
-		log.Info("skipping missed slots of a recurring task", zap.String("task", t.Name), zap.Time("latest", slot))
+	if !t.caughtUp || slots[0].After(t.sched.Next(t.cursor)) {
+		// Slots were missed while no worker ran, or more than catchUpMax in a
+		// stall: the task's Missed policy decides, about the latest only.
+		latest := slots[len(slots)-1]
+		slots = slots[len(slots)-1:]
+		if t.missed == MissedNone && now.Sub(latest) > missedNoneSlack {
+			log.Info("skipping missed slots of a recurring task", zap.String("task", t.Name), zap.Time("latest", latest))
+			t.cursor, t.caughtUp = latest, true
+			return nil
+		}
+	}
+	t.caughtUp = true
+	for _, slot := range slots {
+		if err := r.enqueueSlot(ctx, log, t, slot, now); err != nil {
+			return err
+		}
 		t.cursor = slot
-		return nil
 	}
+	return nil
+}
+
+// enqueueSlot enqueues one slot's job, unless another worker has (or a later
+// slot already was).
+func (r *Runtime) enqueueSlot(ctx context.Context, log *zap.Logger, t *scheduledTask, slot, now time.Time) error {
 	var id int64
 	var enqueued bool
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -306,7 +334,6 @@ func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask,
 	if err != nil {
 		return err
 	}
-	t.cursor = slot
 	if enqueued {
 		log.Info("enqueued a recurring task's job", zap.String("task", t.Name), zap.Time("slot", slot),
 			zap.Int64("job_id", id), zap.Duration("late", now.Sub(slot)))
@@ -314,25 +341,31 @@ func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask,
 	return nil
 }
 
-// latestSlot returns the latest slot of s after after and at or before now.
-func latestSlot(s schedule, after, now time.Time) (time.Time, bool) {
-	slot := s.Next(after)
-	if slot.After(now) {
-		return time.Time{}, false
-	}
+// dueSlots returns the slots of s after after and at or before now, oldest
+// first: all of them when there are at most max, else the latest max.
+func dueSlots(s schedule, after, now time.Time, max int) []time.Time {
+	var out []time.Time
 	if e, ok := s.(everySchedule); ok {
-		return now.Truncate(e.d), true
-	}
-	// Step through the missed slots; after a long downtime of a frequent
-	// task, jump close to now first.
-	for i := 0; i < 1_000_000; i++ {
-		n := s.Next(slot)
-		if n.After(now) {
-			return slot, true
+		first, last := s.Next(after), now.Truncate(e.d)
+		if first.After(now) {
+			return nil
 		}
-		slot = n
+		n := int(last.Sub(first)/e.d) + 1
+		if n > max {
+			first = last.Add(-time.Duration(max-1) * e.d)
+		}
+		for t := first; !t.After(last); t = t.Add(e.d) {
+			out = append(out, t)
+		}
+		return out
 	}
-	return slot, true
+	for slot, i := s.Next(after), 0; !slot.After(now) && i < 1_000_000; slot, i = s.Next(slot), i+1 {
+		out = append(out, slot)
+		if len(out) > max {
+			out = out[1:]
+		}
+	}
+	return out
 }
 
 func (r *Runtime) dbNow(ctx context.Context) (time.Time, error) {

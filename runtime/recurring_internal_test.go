@@ -27,16 +27,31 @@ func TestScheduleSlots(t *testing.T) {
 	require.Equal(t, time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC), a)
 	require.Equal(t, a, b)
 
-	// latestSlot: the last slot after the cursor, at or before now.
+	// The latest slot after the cursor, at or before now.
 	now := time.Date(2026, 1, 1, 10, 17, 5, 0, time.UTC)
 	hourly, err := parseSchedule("@hourly", time.UTC)
 	require.NoError(t, err)
-	got, ok := latestSlot(hourly, now.Add(-5*time.Hour), now)
-	require.True(t, ok)
-	require.Equal(t, time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC), got)
-	_, ok = latestSlot(hourly, got, now)
-	require.False(t, ok, "nothing due after the slot just handled")
-	got, ok = latestSlot(e, now.Add(-24*time.Hour), now)
-	require.True(t, ok)
-	require.Equal(t, time.Date(2026, 1, 1, 10, 17, 0, 0, time.UTC), got)
+	got := dueSlots(hourly, now.Add(-5*time.Hour), now, 1)
+	require.Equal(t, []time.Time{time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)}, got)
+	require.Empty(t, dueSlots(hourly, got[0], now, 1), "nothing due after the slot just handled")
+	got = dueSlots(e, now.Add(-24*time.Hour), now, 1)
+	require.Equal(t, []time.Time{time.Date(2026, 1, 1, 10, 17, 0, 0, time.UTC)}, got)
+}
+
+func TestDueSlots(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 10, 0, 5, 0, time.UTC)
+	e, err := parseSchedule("@every 1s", time.UTC)
+	require.NoError(t, err)
+	got := dueSlots(e, now.Add(-3*time.Second), now, 60)
+	require.Equal(t, []time.Time{now.Add(-2 * time.Second).Truncate(time.Second), now.Add(-time.Second).Truncate(time.Second), now.Truncate(time.Second)}, got,
+		"every slot a stall of three seconds missed, oldest first")
+	got = dueSlots(e, now.Add(-time.Hour), now, 60)
+	require.Len(t, got, 60, "at most the latest 60")
+	require.Equal(t, now.Truncate(time.Second), got[59])
+	require.Empty(t, dueSlots(e, now.Truncate(time.Second), now, 60))
+	hourly, err := parseSchedule("@hourly", time.UTC)
+	require.NoError(t, err)
+	got = dueSlots(hourly, now.Add(-3*time.Hour-time.Minute), now, 2)
+	require.Equal(t, []time.Time{now.Add(-time.Hour).Truncate(time.Hour), now.Truncate(time.Hour)}, got)
 }
