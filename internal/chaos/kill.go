@@ -83,6 +83,16 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 	}
 	killedAt := time.Now()
 	<-victim.exited
+	// A statement the victim sent just before it died still runs to its
+	// end in its backend, which notices the closed socket only when it
+	// replies: a claim in flight commits after the kill. Read the states
+	// once such statements are done, well inside the lease, so none of the
+	// victim's jobs can have been rescued yet.
+	select {
+	case <-time.After(lease / 4):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	atKill, err := jobStates(ctx, db)
 	if err != nil {
 		return nil, err
