@@ -214,10 +214,12 @@ func DeafHandler(ctx context.Context, env *Env, size Size) (*Result, error) {
 	// The first run of each job ignores SIGTERM and would last two minutes;
 	// later runs finish at once. (The interrupted attempt is not counted, so
 	// the attempt number cannot tell them apart: a directory made per job
-	// does.)
+	// does.) The directory is made before the run is recorded as started,
+	// so a run killed just after it was seen starting still counts as the
+	// first.
 	firstRuns := filepath.Join(dir, "first")
-	deaf := fmt.Sprintf(`trap '' TERM; %s; if mkdir -p %s && mkdir %s/$FILA_JOB_ID 2>/dev/null; then sleep 120; fi; %s`,
-		stamp("start"), firstRuns, firstRuns, stamp("end"))
+	deaf := fmt.Sprintf(`trap '' TERM; mkdir -p %s; if mkdir %s/$FILA_JOB_ID 2>/dev/null; then %s; sleep 120; else %s; fi; %s`,
+		firstRuns, firstRuns, stamp("start"), stamp("start"), stamp("end"))
 	victim, err := env.startWorker(db, dir, 0, "--concurrency", fmt.Sprint(jobs), "--shutdown-timeout", "1m", "--exec", "deaf="+deaf)
 	if err != nil {
 		return nil, err

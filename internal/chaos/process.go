@@ -98,7 +98,7 @@ func (e *Env) waitListening(ctx context.Context, db *database, n int) error {
 
 // jobStates returns each job's state and attempts.
 func jobStates(ctx context.Context, db *database) (map[int64]jobRow, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, state, attempts, coalesce(last_error, ''), lease_until > now() FROM fila_jobs`)
+	rows, err := db.pool.Query(ctx, `SELECT id, kind, state, attempts, coalesce(last_error, ''), lease_until > now() FROM fila_jobs`)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func jobStates(ctx context.Context, db *database) (map[int64]jobRow, error) {
 		var id int64
 		var r jobRow
 		var live *bool
-		if err := rows.Scan(&id, &r.state, &r.attempts, &r.lastError, &live); err != nil {
+		if err := rows.Scan(&id, &r.kind, &r.state, &r.attempts, &r.lastError, &live); err != nil {
 			return nil, err
 		}
 		r.liveLease = live != nil && *live
@@ -118,6 +118,7 @@ func jobStates(ctx context.Context, db *database) (map[int64]jobRow, error) {
 }
 
 type jobRow struct {
+	kind      string
 	state     string
 	attempts  int
 	lastError string

@@ -57,6 +57,7 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 	const (
 		long, short = 4, 20
 		timeout     = 2 * time.Second
+		shortRun    = 500 * time.Millisecond
 	)
 	shutdownTimeout := time.Minute
 	if !secondSignal {
@@ -66,7 +67,7 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 		return nil, err
 	}
 	w, err := e.startWorker(db, dir, round, "--concurrency", "6", "--shutdown-timeout", shutdownTimeout.String(),
-		"--exec", "long="+recordingCommand(runFile, 120), "--exec", "short="+recordingCommand(runFile, 0.5))
+		"--exec", "long="+recordingCommand(runFile, 120), "--exec", "short="+recordingCommand(runFile, shortRun.Seconds()))
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +127,7 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 		return nil, err
 	}
 	var completed, returned, untouched int
+	var returnedShort []int64
 	for id, s := range after {
 		b := before[id]
 		switch {
@@ -136,6 +138,9 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 			completed++
 		case b.state == "running" && s.state == "pending":
 			returned++
+			if s.kind == "short" {
+				returnedShort = append(returnedShort, id)
+			}
 			// An interrupted attempt is not counted, and its history says why.
 			var history string
 			if err := db.pool.QueryRow(ctx, `SELECT errors::text FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&history); err != nil {
@@ -151,12 +156,36 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 			res.check(false, "job %d went from %s to %s", id, b.state, s.state)
 		}
 	}
-	res.check(returned == long, "%d long jobs went back to pending, want %d", returned, long)
-	// The cancelled commands died with their handlers: none wrote an end.
 	runs, err := readRunFile(runFile)
 	if err != nil {
 		return nil, err
 	}
+	// A short job cut by the shutdown timeout is a failure only if its
+	// command had time to finish: it started at least its run time and a
+	// second of slack before the deadline. One claimed just before SIGTERM
+	// whose command the loaded machine started late was rightly stopped.
+	for _, id := range returnedShort {
+		var started time.Time
+		for _, r := range runs {
+			if r.job == id && r.worker == w.n {
+				started = r.start
+			}
+		}
+		switch {
+		case secondSignal:
+			res.check(false, "short job %d was cancelled by the second signal instead of finishing", id)
+		case started.IsZero():
+			res.note("short job %d was claimed before SIGTERM but its command had not started by the %s deadline", id, timeout)
+		case started.Add(shortRun + time.Second).Before(hardAt):
+			res.check(false, "short job %d started %s after SIGTERM and was still running at the %s deadline",
+				id, started.Sub(termAt).Round(time.Millisecond), timeout)
+		default:
+			res.note("short job %d started only %s after SIGTERM, too late to finish before the %s deadline",
+				id, started.Sub(termAt).Round(time.Millisecond), timeout)
+		}
+	}
+	res.check(returned-len(returnedShort) == long, "%d long jobs went back to pending, want %d", returned-len(returnedShort), long)
+	// The cancelled commands died with their handlers: none wrote an end.
 	for _, r := range runs {
 		if r.worker == w.n && r.ok && r.end.After(hardAt.Add(time.Second)) {
 			res.check(false, "a command of job %d ended %s after the hard stop", r.job, r.end.Sub(hardAt).Round(time.Millisecond))
@@ -168,7 +197,7 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 	}
 	res.note("%s: after SIGTERM %d running short jobs finished and were completed, %d pending ones were not claimed; "+
 		"the %s cancelled %d long jobs, back to pending at once; the worker exited %s after it, %s after SIGTERM",
-		how, completed, untouched, how, returned, exit.Round(time.Millisecond), stopped.Round(time.Millisecond))
+		how, completed, untouched, how, returned-len(returnedShort), exit.Round(time.Millisecond), stopped.Round(time.Millisecond))
 	if !res.OK() {
 		res.note("worker output: %s", w.logTail())
 	}
