@@ -231,6 +231,7 @@ func (w *Writer) write(ctx context.Context, batch []Outcome) (skipped []Outcome,
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second
 	bo.MaxElapsedTime = 0
+	bo.Reset() // the constructor started from its own 500 ms; start from InitialInterval
 	for attempt := 1; ; attempt++ {
 		fin, err := w.finish(ctx, batch)
 		switch {

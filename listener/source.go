@@ -173,6 +173,7 @@ func (s *state) loop(ctx context.Context, reconnectMax time.Duration, connect fu
 	bo.InitialInterval = reconnectInitial
 	bo.MaxInterval = reconnectMax
 	bo.MaxElapsedTime = 0 // the default gives up after 15 minutes; a worker never should
+	bo.Reset()            // the constructor started from its own 500 ms; start from InitialInterval
 	b := backoff.WithContext(bo, ctx)
 
 	var (

@@ -78,6 +78,7 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	errBackoff.InitialInterval = 100 * time.Millisecond
 	errBackoff.MaxInterval = 5 * time.Second
 	errBackoff.MaxElapsedTime = 0
+	errBackoff.Reset() // the constructor started from its own 500 ms; start from InitialInterval
 	p.busyPoll = time.NewTimer(time.Hour)
 	p.busyPoll.Stop()
 	defer p.busyPoll.Stop()

@@ -36,10 +36,11 @@ func (w lockWait) String() string {
 	return fmt.Sprintf("session %d (%s) waited %d samples behind %s", w.pid, w.waiter, w.samples, w.blocker)
 }
 
-// filaStatements are the first lines of Fila's statements that run as a
-// transaction of their own (claimer/sql).
+// filaStatements are the functions whose calls are Fila's statements that
+// run as a transaction of their own (claimer/sql.go): claim, outcomes,
+// heartbeats, release, and the sleep protocol.
 var filaStatements = []string{
-	"-- Claim up to", "-- Record the outcome", "-- Extend the leases", "-- Give attempts",
+	"fila_claim(", "fila_finish(", "fila_heartbeat(", "fila_release(", "fila_sleep(",
 }
 
 // blame records who the session waits for. With no blocker left (the wait
@@ -53,7 +54,7 @@ func (w *lockWait) blame(state, query string) {
 	}
 	w.blocker, w.bounded = state+": "+firstLine(query), false
 	for _, p := range filaStatements {
-		w.bounded = w.bounded || (state == "active" && strings.HasPrefix(query, p))
+		w.bounded = w.bounded || (state == "active" && strings.Contains(query, p))
 	}
 }
 
