@@ -126,12 +126,21 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 	if len(s.Queues) == 0 {
 		fmt.Fprintln(w, "  (no pending or running jobs)")
 	} else {
-		fmt.Fprintln(tw, "queue\trunnable\tscheduled\toldest runnable waited\trunning\tpast lease\t")
+		fmt.Fprintln(tw, "queue\trunnable\tscheduled\toldest runnable waited\trunning\tpast lease\tpaused\t")
+		var paused []string
 		for _, q := range s.Queues {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t\n", q.Queue, q.Runnable, q.Scheduled,
-				seconds(q.OldestRunnableSeconds), q.Running, q.ExpiredLeases)
+			mark := "no"
+			if q.Paused {
+				mark = "yes"
+				paused = append(paused, q.Queue)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%s\t\n", q.Queue, q.Runnable, q.Scheduled,
+				seconds(q.OldestRunnableSeconds), q.Running, q.ExpiredLeases, mark)
 		}
 		tw.Flush()
+		for _, q := range paused {
+			fmt.Fprintf(w, "  queue %s is paused: its pending jobs wait until `fila queue resume %s`\n", q, q)
+		}
 	}
 
 	if s.Completed.Estimate {

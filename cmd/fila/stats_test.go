@@ -67,15 +67,15 @@ func TestStatsHuman(t *testing.T) {
 	require.NotContains(t, out, "\t", "text written by hand must not break the tables")
 
 	orders := row(t, out, "orders")
-	require.Len(t, orders, 6, "queue runnable scheduled oldest running past-lease: %v", orders)
+	require.Len(t, orders, 7, "queue runnable scheduled oldest running past-lease paused: %v", orders)
 	require.Equal(t, []string{"2", "2"}, orders[1:3])
 	oldest, err := time.ParseDuration(orders[3])
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, oldest, 90*time.Second)
 	require.Less(t, oldest, 150*time.Second)
-	require.Equal(t, []string{"2", "1"}, orders[4:])
+	require.Equal(t, []string{"2", "1", "no"}, orders[4:])
 	require.Equal(t, []string{"mail.v2", "1", "0"}, row(t, out, "mail.v2")[:3])
-	require.Equal(t, []string{"0", "0"}, row(t, out, "mail.v2")[4:])
+	require.Equal(t, []string{"0", "0", "no"}, row(t, out, "mail.v2")[4:])
 
 	require.Contains(t, out, "Completed jobs held: 5\n")
 	require.NotContains(t, out, "≈")

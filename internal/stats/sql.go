@@ -13,6 +13,9 @@ const (
 
 	clockSQL = `SELECT now(), pg_notification_queue_usage()`
 
+	// fila_queues holds a row per queue ever paused: a few rows.
+	pausedSQL = `SELECT queue FROM fila_queues WHERE paused`
+
 	// Reads fila_jobs_pending_idx, which holds queue and run_at.
 	pendingSQL = `SELECT queue,
 	count(*) FILTER (WHERE run_at <= now()),

@@ -72,6 +72,10 @@ type Queue struct {
 	// ExpiredLeases counts running jobs past their lease: their worker died
 	// or stalled, and the next claim by any worker rescues them.
 	ExpiredLeases int64 `json:"expired_leases"`
+	// Paused is true while the queue is paused: its pending jobs wait, and
+	// no worker claims them until it is resumed. A paused queue is listed
+	// even without jobs.
+	Paused bool `json:"paused"`
 }
 
 // Completed is the number of completed jobs the table holds (until
@@ -264,6 +268,14 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 			return nil
 		})
 		return named("running", err)
+	})
+	b.Queue(pausedSQL).Query(func(rows pgx.Rows) error {
+		var name string
+		_, err := pgx.ForEachRow(rows, []any{&name}, func() error {
+			queue(name).Paused = true
+			return nil
+		})
+		return named("paused", err)
 	})
 	var counted *int64 // nil when the estimate is far above CompletedExactUpTo
 	var estimate float64

@@ -45,15 +45,18 @@ func TestCollectCountsEveryState(t *testing.T) {
 		('b', 'mail', '{}', 'dead', now(), 1, 1, NULL, NULL, NULL, now() - interval '2 seconds'),
 		('b', 'sms', 'null', 'dead', now(), 3, 3, NULL, 'no route', now(), now() - interval '1 hour'),
 		('c', 'k', '{}', 'cancelled', now(), 0, 5, NULL, NULL, NULL, now())`)
+	// b is paused; so is idle, which has no job; resumed was paused once.
+	exec(t, db, `INSERT INTO fila_queues (queue, paused) VALUES ('b', true), ('idle', true), ('resumed', false)`)
 
 	s, err := stats.Collect(context.Background(), db.Pool)
 	require.NoError(t, err)
-	require.Len(t, s.Queues, 2, "queues with pending or running jobs")
+	require.Len(t, s.Queues, 3, "queues with pending or running jobs, and paused ones")
 	a, b := s.Queues[0], s.Queues[1]
 	require.InDelta(t, 10, a.OldestRunnableSeconds, 5)
 	a.OldestRunnableSeconds = 0
 	require.Equal(t, stats.Queue{Queue: "a", Runnable: 1, Scheduled: 1, Running: 1}, a)
-	require.Equal(t, stats.Queue{Queue: "b", Running: 1, ExpiredLeases: 1}, b)
+	require.Equal(t, stats.Queue{Queue: "b", Running: 1, ExpiredLeases: 1, Paused: true}, b)
+	require.Equal(t, stats.Queue{Queue: "idle", Paused: true}, s.Queues[2])
 	q, age := s.OldestRunnable()
 	require.Equal(t, "a", q)
 	require.Greater(t, age, 9.0)

@@ -132,7 +132,13 @@ func TestScrapeOfARealWorker(t *testing.T) {
 	require.Zero(t, f.value(t, "fila_wake_source_reconnects_total", "mode", "notify"))
 	require.Zero(t, f.value(t, "fila_handlers_running"))
 
-	// The table's gauges, against the rows.
+	// The table's gauges, against the rows. A queue paused now shows at
+	// the next read of the table (StatsMaxAge is 50 ms).
+	require.NoError(t, runtime.PauseQueue(ctx, db.Pool, "other"))
+	time.Sleep(60 * time.Millisecond)
+	f = scrape(t, url)
+	require.Equal(t, 1.0, f.value(t, "fila_queue_paused", "queue", "other"))
+	require.Zero(t, f.value(t, "fila_queue_paused", "queue", "default"))
 	for queue, want := range map[string]map[string]float64{
 		"default": {"pending": 0, "running": 0},
 		"other":   {"pending": 3, "running": 1},

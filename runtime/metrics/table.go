@@ -26,6 +26,9 @@ var (
 	expiredDesc = prometheus.NewDesc("fila_expired_leases",
 		"Running jobs past their lease: their worker died or stalled, and the next claim by any worker rescues them.",
 		[]string{"queue"}, nil)
+	pausedDesc = prometheus.NewDesc("fila_queue_paused",
+		"1 while the queue is paused (its pending jobs wait, no worker claims them), else 0.",
+		[]string{"queue"}, nil)
 	deadDesc = prometheus.NewDesc("fila_dead_jobs",
 		"Dead jobs in the table per kind: failed for good, never retried by themselves.",
 		[]string{"kind"}, nil)
@@ -79,7 +82,7 @@ func (t *tableStats) describe(ch chan<- *prometheus.Desc) {
 	if t.db == nil {
 		return
 	}
-	for _, d := range []*prometheus.Desc{jobsDesc, runnableDesc, oldestDesc, expiredDesc, deadDesc,
+	for _, d := range []*prometheus.Desc{jobsDesc, runnableDesc, oldestDesc, expiredDesc, pausedDesc, deadDesc,
 		cancelledDesc, completedDesc, notifyUsageDesc, statsUpDesc} {
 		ch <- d
 	}
@@ -132,6 +135,11 @@ func (t *tableStats) collect(ch chan<- prometheus.Metric) {
 		gauge(runnableDesc, float64(q.Runnable), name)
 		gauge(oldestDesc, q.OldestRunnableSeconds, name)
 		gauge(expiredDesc, float64(q.ExpiredLeases), name)
+		paused := 0.0
+		if q.Paused {
+			paused = 1
+		}
+		gauge(pausedDesc, paused, name)
 	}
 	for _, d := range s.Dead {
 		gauge(deadDesc, float64(d.Dead), d.Kind)
