@@ -117,7 +117,13 @@ func readRuns(t *testing.T, file string) []execRun {
 	require.NoError(t, err)
 	var runs []execRun
 	open := map[string]int{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	// Only whole lines: a command may have created the file, or be halfway
+	// through appending its line, at the moment it is read.
+	whole, _ := cutLast(string(b), "\n")
+	for _, line := range strings.Split(whole, "\n") {
+		if line == "" {
+			continue
+		}
 		f := strings.Fields(line)
 		require.Len(t, f, 5, "record %q", line)
 		job, err := strconv.ParseInt(f[1], 10, 64)
@@ -544,4 +550,13 @@ func TestLimitFlag(t *testing.T) {
 	require.Equal(t, 1, mostAtOnce(byAccount["a"]), "account a")
 	require.Equal(t, 1, mostAtOnce(byAccount["b"]), "account b")
 	require.Equal(t, 2, mostAtOnce(runs), "the two accounts ran side by side")
+}
+
+// cutLast splits s around the last sep: what comes before it, and after.
+func cutLast(s, sep string) (before, after string) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return "", s
+	}
+	return s[:i], s[i+len(sep):]
 }
