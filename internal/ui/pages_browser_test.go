@@ -145,10 +145,12 @@ func TestBrowserPagesOfABusyQueue(t *testing.T) {
 
 // seedHourOfMinutes writes an hour of fila_minutes rows for a worker that
 // is not running, as if it had worked the mail and default queues all
-// hour: a live test worker has only the last minute or two to show.
+// hour: a live test worker has only the last minute or two to show. It
+// writes one minute more than the hour, so that the chart still has a bar
+// for each of the last 60 minutes when the page is drawn a minute later.
 func seedHourOfMinutes(t *testing.T, db *testdb.DB) {
 	t.Helper()
-	for i := 1; i <= 60; i++ {
+	for i := 1; i <= 61; i++ {
 		for _, q := range []struct {
 			name  string
 			scale float64
