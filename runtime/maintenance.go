@@ -11,13 +11,16 @@ import (
 // retentionBatch is how many jobs one retention statement deletes.
 const retentionBatch = 1000
 
-// maintenanceEvery is the period of the maintenance loop; maintenanceBusy
-// its period while retention finds whole batches to delete, so that under
-// sustained load the table holds little more than its retention's worth of
-// jobs.
+// maintenanceTick is the period of the maintenance loop. A tick costs no
+// statement unless there is work: counts to write, jobs to delete, churn
+// to vacuum. maintenanceEvery is how often retention runs after this
+// worker completed jobs; maintenanceBusy, how often while retention finds
+// whole batches to delete, so that under sustained load the table holds
+// little more than its retention's worth of jobs.
 const (
+	maintenanceTick  = 10 * time.Second
 	maintenanceEvery = time.Minute
-	maintenanceBusy  = 10 * time.Second
+	maintenanceBusy  = maintenanceTick
 )
 
 // vacuumAfter is how many jobs this worker must have completed or deleted
@@ -36,40 +39,48 @@ const sqlVacuum = `VACUUM (SKIP_LOCKED) fila_jobs`
 // owner (or a member of the owner's role) may.
 const sqlOwnsJobs = `SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = 'fila_jobs'::regclass`
 
-// maintenanceLoop deletes finished jobs past their retention and refreshes
-// the worker's row in fila_workers. Retention runs only after this worker
-// completed jobs (or once an hour), so an idle worker costs almost no
-// queries; when it runs, it deletes until it has caught up, so it keeps up
-// with any completion rate.
+// maintenanceLoop deletes finished jobs past their retention, vacuums the
+// table after churn, writes this worker's per-minute counts and refreshes
+// its row in fila_workers. Retention runs only after this worker completed
+// jobs (or once an hour), so an idle worker costs almost no queries; when
+// it runs, it deletes until it has caught up, so it keeps up with any
+// completion rate. The churn is checked every tick, so a worker that starts
+// on a busy queue vacuums within seconds, not after the first minute of
+// dead row versions has piled up in the pending index every claim reads.
 func (r *Runtime) maintenanceLoop(ctx context.Context) error {
 	lastRetention, lastTouch := time.Now(), time.Now()
-	var churn int64 // jobs completed and deleted since this worker's last VACUUM
+	retentionEvery := maintenanceEvery
+	var (
+		churn     int64 // jobs completed and deleted since this worker's last VACUUM
+		undeleted int64 // jobs completed since the last retention pass
+	)
 	canVacuum := r.mayVacuum(ctx)
-	every := maintenanceEvery
 	for {
-		jitter := time.Duration(rand.Int64N(int64(every / 4)))
+		jitter := time.Duration(rand.Int64N(int64(maintenanceTick / 4)))
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(every + jitter):
+		case <-time.After(maintenanceTick + jitter):
 		}
 		r.flushMinutes(ctx)
 		if time.Since(lastTouch) >= registryTouchEvery {
 			lastTouch = time.Now()
 			r.registry.touch(ctx)
 		}
-		if r.completedSinceRetention.Load() == 0 && time.Since(lastRetention) < time.Hour {
-			continue
-		}
-		churn += r.completedSinceRetention.Swap(0)
-		lastRetention = time.Now()
-		deleted := r.retention(ctx, "completed", r.cfg.Retention)
-		deleted += r.retention(ctx, "dead", r.cfg.DeadRetention)
-		deleted += r.retention(ctx, "cancelled", r.cfg.DeadRetention)
-		churn += deleted
-		every = maintenanceEvery
-		if deleted >= retentionBatch {
-			every = maintenanceBusy
+		completed := r.completedSinceRetention.Swap(0)
+		churn += completed
+		undeleted += completed
+		if (undeleted > 0 && time.Since(lastRetention) >= retentionEvery) || time.Since(lastRetention) >= time.Hour {
+			undeleted = 0
+			lastRetention = time.Now()
+			deleted := r.retention(ctx, "completed", r.cfg.Retention)
+			deleted += r.retention(ctx, "dead", r.cfg.DeadRetention)
+			deleted += r.retention(ctx, "cancelled", r.cfg.DeadRetention)
+			churn += deleted
+			retentionEvery = maintenanceEvery
+			if deleted >= retentionBatch {
+				retentionEvery = maintenanceBusy
+			}
 		}
 		if canVacuum && churn >= vacuumAfter {
 			churn = 0

@@ -54,7 +54,8 @@ type minuteCounts struct {
 }
 
 // rollup is an Observer that counts, per queue, what this worker did, and
-// writes it to fila_minutes once a minute.
+// writes it to fila_minutes every maintenance tick (ten seconds) while it has
+// something to write.
 type rollup struct {
 	mu     sync.Mutex
 	counts map[string]*minuteCounts

@@ -11,7 +11,7 @@ import (
 	"github.com/fila-run/fila/runtime"
 )
 
-// What a worker did is in fila_minutes once it stops (and every minute
+// What a worker did is in fila_minutes once it stops (and every maintenance tick
 // while it runs): completions and failures per queue, and the pickup
 // latency histogram of the jobs it claimed.
 func TestMinutesRecordWhatWorkersDid(t *testing.T) {

@@ -26,7 +26,7 @@ type hourOfMinutes struct {
 }
 
 // readMinutes reads the hour up to now from fila_minutes, where every
-// worker adds what it did once a minute: a few rows per queue and minute
+// worker adds what it did every few seconds: a few rows per queue and minute
 // whatever the number of jobs, read through the table's primary key, which
 // leads with the minute.
 func readMinutes(ctx context.Context, db runtime.DB, now time.Time) (hourOfMinutes, error) {
