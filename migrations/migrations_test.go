@@ -88,6 +88,13 @@ func TestSchemaContract(t *testing.T) {
 	require.ErrorContains(t, err, "fila_jobs_kind_valid")
 	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload) VALUES ('k', '{oops')`)
 	require.ErrorContains(t, err, "json")
+	// The hot path's functions never JIT-compile their statements, however
+	// large the table's estimates grow (migration 0006).
+	for _, fn := range []string{"fila_claim", "fila_finish", "fila_heartbeat", "fila_release", "fila_sleep"} {
+		var config []string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(proconfig, '{}') FROM pg_proc WHERE proname = $1`, fn).Scan(&config))
+		require.Contains(t, config, "jit=off", fn)
+	}
 }
 
 func explain(t *testing.T, db *testdb.DB) string {
