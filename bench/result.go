@@ -149,8 +149,11 @@ type BigTableResult struct {
 	// after seeding.
 	Completed   int64   `json:"completed"`
 	Scheduled   int64   `json:"scheduled"`
-	SeedSeconds float64 `json:"seed_seconds"` // seeding and VACUUM ANALYZE
+	SeedSeconds float64 `json:"seed_seconds"` // seeding, VACUUM ANALYZE and CHECKPOINT
 	TableBytes  int64   `json:"table_bytes"`  // pg_total_relation_size after seeding
+	// Checkpointed says a CHECKPOINT wrote the seed out before the second
+	// run (it needs a superuser or pg_checkpoint).
+	Checkpointed bool `json:"checkpointed"`
 }
 
 // BulkResult is one large batch enqueued with Fila's InsertMany next to a
