@@ -4,8 +4,8 @@
 -- its queue to find when the next one of its kinds comes due (fila_claim).
 -- The kind was in the table only, so that read fetched up to 100 heap rows:
 -- with a million jobs scheduled ahead it was 0.84 ms of a 1.31 ms claim
--- (auto_explain), and pickup latency at 100 jobs/s doubled against an
--- empty table. With the kind in the index, the read is an index-only scan
+-- (auto_explain), one of the costs that slowed pickup on such a table (the
+-- other: see 0006). With the kind in the index, the read is an index-only scan
 -- of a few pages once the rows are all-visible, as a backlog scheduled
 -- ahead soon is.
 --
