@@ -71,6 +71,10 @@ func runBench(ctx context.Context, g *globals, args []string) error {
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
+	if err := positiveFlags(fs); err != nil {
+		fmt.Fprintf(g.stderr, "fila bench: %v\n", err)
+		return errUsage
+	}
 	opts, err := f.options()
 	if err != nil {
 		fmt.Fprintf(g.stderr, "fila bench: %v\n", err)
@@ -145,6 +149,29 @@ func (f *benchFlags) options() (suite.Options, error) {
 		return o, errors.New("--scenarios is empty")
 	}
 	return o, o.WithDefaults().Validate()
+}
+
+// positiveFlags refuses a count, rate or duration given as zero or less:
+// the suite would otherwise take zero for its default, and run something
+// other than what was asked.
+func positiveFlags(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		if err != nil {
+			return
+		}
+		switch v := fl.Value.(flag.Getter).Get().(type) {
+		case int:
+			if v < 1 {
+				err = fmt.Errorf("--%s %d: give at least 1", fl.Name, v)
+			}
+		case time.Duration:
+			if v <= 0 {
+				err = fmt.Errorf("--%s %s: give a duration above zero", fl.Name, v)
+			}
+		}
+	})
+	return err
 }
 
 func split(s string) []string {

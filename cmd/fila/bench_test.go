@@ -84,6 +84,19 @@ func TestBenchBadFlag(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, exitUsage, ee.ExitCode())
 	require.Contains(t, string(out), `scenario "nope" is unknown`)
+
+	// Zero is refused, not taken for the default.
+	for _, args := range [][]string{
+		{"--bigtable-scheduled", "0"},
+		{"--drain-jobs", "-3"},
+		{"--soak-duration", "0s"},
+	} {
+		cmd := exec.Command(filaBin, append([]string{"bench", "--scenarios", "bigtable"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		require.ErrorAs(t, err, &ee, "%v", args)
+		require.Equal(t, exitUsage, ee.ExitCode(), "%v", args)
+		require.Contains(t, string(out), "fila bench: "+args[0]+" "+args[1]+": give ", "%v", args)
+	}
 }
 
 // TestBenchPeers runs River from the bench/peers module in the same run as
