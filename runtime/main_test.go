@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fila-run/fila/internal/testdb"
-	"github.com/fila-run/fila/migrations"
+	"github.com/fila-run/fila/internal/testrt"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -33,16 +33,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// Shared with the other packages' tests (internal/testrt).
+var (
+	newDB   = testrt.Migrated
+	start   = testrt.Start
+	waitFor = testrt.WaitFor
+)
+
 // newDB returns a migrated database of the test's own.
 func testdbNew(t *testing.T) *testdb.DB { return testdb.New(t) }
-
-func newDB(t *testing.T) *testdb.DB {
-	t.Helper()
-	db := testdb.New(t)
-	_, err := migrations.Migrate(context.Background(), db.Pool)
-	require.NoError(t, err)
-	return db
-}
 
 // baseConfig is a runtime on db with a fast retry backoff for tests.
 func baseConfig(t *testing.T, db *testdb.DB, kinds ...runtime.Kind) runtime.Config {
@@ -51,42 +50,6 @@ func baseConfig(t *testing.T, db *testdb.DB, kinds ...runtime.Kind) runtime.Conf
 		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		SafetyPoll: 10 * time.Minute,
 		Logger:     zaptest.NewLogger(t),
-	}
-}
-
-// start runs a runtime until the test ends (stopping it gracefully) and
-// waits until it is ready.
-func start(t *testing.T, cfg runtime.Config) *runtime.Runtime {
-	t.Helper()
-	rt, err := runtime.New(cfg)
-	require.NoError(t, err)
-	errc := make(chan error, 1)
-	go func() { errc <- rt.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Stop(ctx)
-		require.NoError(t, <-errc)
-	})
-	select {
-	case <-rt.Ready():
-	case err := <-errc:
-		t.Fatalf("runtime stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("runtime not ready after 60s")
-	}
-	return rt
-}
-
-// waitFor polls cond until it holds or the time is up.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

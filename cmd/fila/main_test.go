@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/internal/testrt"
 	"github.com/fila-run/fila/migrations"
 )
 
@@ -38,6 +39,12 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// Shared with the other packages' tests (internal/testrt).
+var (
+	migrated = testrt.Migrated
+	waitFor  = testrt.WaitFor
+)
 
 // fila runs the binary to completion.
 func fila(t *testing.T, db *testdb.DB, args ...string) (stdout, stderr string, code int) {
@@ -66,24 +73,6 @@ func filaCmd(db *testdb.DB, args ...string) *exec.Cmd {
 	cmd := exec.Command(filaBin, args...)
 	cmd.Env = append(os.Environ(), "FILA_DSN="+db.DSN, "FILA_LISTEN_DSN="+db.DirectDSN)
 	return cmd
-}
-
-func migrated(t *testing.T) *testdb.DB {
-	db := testdb.New(t)
-	_, err := migrations.Migrate(context.Background(), db.Pool)
-	require.NoError(t, err)
-	return db
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // startWorker starts `fila work` and stops it (SIGKILL if still running) at

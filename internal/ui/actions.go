@@ -37,7 +37,7 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request) (caller, bool
 		s.refuse(w, r, http.StatusForbidden, "the Authorization header does not carry the admin token")
 		return c, false
 	case !c.admin:
-		s.refuse(w, r, http.StatusForbidden, "log in with the admin token to act: this session may only look")
+		s.refuse(w, r, http.StatusForbidden, "log in with the admin token to act: without it the dashboard is read-only")
 		return c, false
 	case !s.auth.csrfOK(c, r.PostForm.Get("csrf")):
 		s.refuse(w, r, http.StatusForbidden, "the form's CSRF token is missing or belongs to another session: reload the page and try again")

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/internal/testrt"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -145,26 +146,9 @@ func screenshot(t *testing.T, ctx context.Context, name string, full bool) {
 // startRuntime runs a worker on db until the test ends.
 func startRuntime(t *testing.T, db *testdb.DB, queues []string, kinds ...runtime.Kind) *runtime.Runtime {
 	t.Helper()
-	rt, err := runtime.New(runtime.Config{DSN: db.DSN, ListenDSN: db.DirectDSN, Queues: queues, Kinds: kinds,
+	return testrt.Start(t, runtime.Config{DSN: db.DSN, ListenDSN: db.DirectDSN, Queues: queues, Kinds: kinds,
 		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, SafetyPoll: 10 * time.Minute,
 		Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	errc := make(chan error, 1)
-	go func() { errc <- rt.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Stop(ctx)
-		require.NoError(t, <-errc)
-	})
-	select {
-	case <-rt.Ready():
-	case err := <-errc:
-		t.Fatalf("runtime stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("runtime not ready after 60s")
-	}
-	return rt
 }
 
 // TestBrowserRetriesDeadJob drives the dashboard in a real browser: a live

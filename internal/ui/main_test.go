@@ -19,8 +19,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/internal/testrt"
 	"github.com/fila-run/fila/internal/ui"
-	"github.com/fila-run/fila/migrations"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -39,13 +39,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newDB(t *testing.T) *testdb.DB {
-	t.Helper()
-	db := testdb.New(t)
-	_, err := migrations.Migrate(context.Background(), db.Pool)
-	require.NoError(t, err)
-	return db
-}
+// Shared with the other packages' tests (internal/testrt).
+var (
+	newDB   = testrt.Migrated
+	waitFor = testrt.WaitFor
+)
 
 // serve starts the dashboard on db with the given admin token ("" for
 // read-only).
@@ -132,16 +130,4 @@ func login(t *testing.T, c *http.Client, srv *httptest.Server, token string) str
 	m := csrfRE.FindStringSubmatch(body)
 	require.NotNil(t, m, "a logged-in page carries the CSRF token:\n%s", body)
 	return m[1]
-}
-
-// waitFor polls cond until it holds or the time is up.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

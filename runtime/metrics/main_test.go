@@ -1,14 +1,12 @@
 package metrics_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -16,9 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/fila-run/fila/internal/testdb"
-	"github.com/fila-run/fila/migrations"
-	"github.com/fila-run/fila/runtime"
+	"github.com/fila-run/fila/internal/testrt"
 )
 
 func TestMain(m *testing.M) {
@@ -36,47 +32,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newDB(t *testing.T) *testdb.DB {
-	t.Helper()
-	db := testdb.New(t)
-	_, err := migrations.Migrate(context.Background(), db.Pool)
-	require.NoError(t, err)
-	return db
-}
-
-// start runs a runtime until the test ends, stopping it gracefully.
-func start(t *testing.T, cfg runtime.Config) *runtime.Runtime {
-	t.Helper()
-	rt, err := runtime.New(cfg)
-	require.NoError(t, err)
-	errc := make(chan error, 1)
-	go func() { errc <- rt.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Stop(ctx)
-		require.NoError(t, <-errc)
-	})
-	select {
-	case <-rt.Ready():
-	case err := <-errc:
-		t.Fatalf("runtime stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("runtime not ready after 60s")
-	}
-	return rt
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// Shared with the other packages' tests (internal/testrt).
+var (
+	newDB   = testrt.Migrated
+	start   = testrt.Start
+	waitFor = testrt.WaitFor
+)
 
 // families is one scrape, parsed by the Prometheus client library.
 type families map[string]*dto.MetricFamily
