@@ -42,7 +42,10 @@ func TestScrapeOfARealWorker(t *testing.T) {
 		Logger: zaptest.NewLogger(t)})
 	rt := start(t, runtime.Config{
 		DSN: db.DSN, ListenDSN: db.DirectDSN, Observer: m, Logger: zaptest.NewLogger(t),
-		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, SafetyPoll: 10 * time.Minute,
+		// The failed attempt's UPDATE notifies at once; a retry due 200–400 ms
+		// later is still in the future when that wake-up claims, so only the
+		// timer can start it.
+		RetryBase: 400 * time.Millisecond, RetryMax: 400 * time.Millisecond, SafetyPoll: 10 * time.Minute,
 		Kinds: []runtime.Kind{
 			{Name: "ok", Handler: func(context.Context, *runtime.Job) error { time.Sleep(20 * time.Millisecond); return nil }},
 			{Name: "fails", Handler: func(context.Context, *runtime.Job) error { return errors.New("no") }},
