@@ -224,6 +224,20 @@ func (s *Store) Finish(ctx context.Context, outs []Outcome) ([]Finished, error) 
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("finish %d attempts: %w", n, err)
 	}
+	// fila_finish lists the rows it updated and those it found fenced; an
+	// outcome it does not list had its row locked by another statement.
+	if len(out) < n {
+		listed := make(map[AttemptKey]bool, len(out))
+		for _, f := range out {
+			listed[f.Key] = true
+		}
+		for _, o := range outs {
+			if k := o.Key(); !listed[k] {
+				listed[k] = true
+				out = append(out, Finished{Key: k, State: StateSkipped})
+			}
+		}
+	}
 	return out, nil
 }
 
@@ -277,6 +291,13 @@ func (s *Store) Heartbeat(ctx context.Context, owned []Attempt, lease time.Durat
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("heartbeat %d jobs: %w", len(owned), err)
+	}
+	// An attempt fila_heartbeat does not list had its row locked by another
+	// statement.
+	for _, a := range owned {
+		if _, ok := got[a.Key()]; !ok {
+			got[a.Key()] = Busy
+		}
 	}
 	return got, nil
 }

@@ -90,12 +90,13 @@ func TestSchemaContract(t *testing.T) {
 	require.ErrorContains(t, err, "json")
 	// The hot path's functions never JIT-compile their statements, and the
 	// claim plans its own once, however large the table's estimates grow
-	// (migration 0006).
+	// (migration 0006); the outcome functions plan once too, reaching every
+	// row through its primary key (0008).
 	for fn, want := range map[string][]string{
 		"fila_claim":     {"jit=off", "plan_cache_mode=force_generic_plan"},
-		"fila_finish":    {"jit=off"},
-		"fila_heartbeat": {"jit=off"},
-		"fila_release":   {"jit=off"},
+		"fila_finish":    {"jit=off", "plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"},
+		"fila_heartbeat": {"jit=off", "plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"},
+		"fila_release":   {"jit=off", "plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"},
 		"fila_sleep":     {"jit=off"},
 	} {
 		var config []string
