@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -82,8 +83,12 @@ func TestSchemaContract(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT reloptions FROM pg_class WHERE relname = 'fila_jobs'`).Scan(&opts))
 	require.Contains(t, opts, "autovacuum_vacuum_scale_factor=0.01")
 	// Bad rows are refused by the table itself, naming the constraint.
-	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, queue) VALUES ('k', 'no spaces allowed')`)
-	require.ErrorContains(t, err, "fila_jobs_queue_valid")
+	for _, bad := range []string{"no spaces allowed", "", strings.Repeat("q", 59), "fila_ção", "new\nline"} {
+		_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, queue) VALUES ('k', $1::text)`, bad)
+		require.ErrorContains(t, err, "fila_jobs_queue_valid", "%q", bad)
+	}
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, queue) VALUES ('k', $1::text), ('k', 'A-z_0.9')`, strings.Repeat("q", 58))
+	require.NoError(t, err, "58 characters of the allowed set")
 	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) VALUES ('')`)
 	require.ErrorContains(t, err, "fila_jobs_kind_valid")
 	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload) VALUES ('k', '{oops')`)
