@@ -20,8 +20,8 @@ import (
 const pingIdleAfter = time.Minute
 
 // controlConns is the size of the pool Fila opens for its own statements
-// beside a Config.Pool: claims, outcomes (claimer.WriterParallelDefault at
-// once), heartbeats, maintenance and the scheduler.
+// beside a Config.Pool: claims, outcomes (claimer.WriterParallelDefault
+// statements at once), heartbeats, maintenance and the scheduler.
 const controlConns = 6
 
 // open connects, checks the database, and builds what needs it: the store,
