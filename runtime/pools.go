@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -78,6 +79,7 @@ func (r *Runtime) open(ctx context.Context) error {
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	warm(pingCtx, r.control, warmConns)
 	if err := r.control.Ping(pingCtx); err != nil {
 		return fail(fmt.Errorf("cannot reach the database: %w", err))
 	}
@@ -126,6 +128,35 @@ func (r *Runtime) setHotPathMode(ctx context.Context, pc *pgxpool.Config) {
 	}
 	pc.ConnConfig.DefaultQueryExecMode = pgconfig.HotPathMode(direct)
 	r.log.Debug("hot path statements", zap.Bool("direct", direct), zap.Stringer("mode", pc.ConnConfig.DefaultQueryExecMode))
+}
+
+// warmConns is how many connections of the control pool are opened at
+// start, at once: the first claim, the first outcome write and the
+// registry's statements each need one.
+const warmConns = 3
+
+// warm opens up to n connections of pool concurrently. Opened on demand,
+// they were set up one after another as each first statement needed one
+// (some 30 to 40 ms each with TLS on a busy two-core machine), which
+// delayed the first claim of a worker starting on a backlog. Failures are
+// left to the ping that follows.
+func warm(ctx context.Context, pool *pgxpool.Pool, n int) {
+	n = min(n, int(pool.Config().MaxConns))
+	conns := make([]*pgxpool.Conn, n)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() {
+			if c, err := pool.Acquire(ctx); err == nil {
+				conns[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
 }
 
 // shouldPing pings a pooled connection only after pingIdleAfter idle.

@@ -253,23 +253,11 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	hbCtx, stopHeartbeats := context.WithCancel(bgCtx)
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); r.completer.heartbeatLoop(hbCtx) }()
-	r.registry.register(ctx, r.wakeState())
-	r.warnIfTriggerOff(ctx)
 
+	// The producers claim first: the worker's row and the trigger check
+	// need not hold up jobs already waiting (a worker restarting on a
+	// backlog started its first claim some 25 ms later).
 	g, gctx := errgroup.WithContext(claimCtx)
-	if r.source != nil {
-		g.Go(func() error {
-			// The source fails only when its DSN cannot serve it (a pooler in
-			// the way, another database, a server without logical
-			// replication): name the setting to change. Transient failures
-			// it retries itself, while the producers poll.
-			if err := r.source.Run(gctx); err != nil {
-				return fmt.Errorf("ListenDSN: %w", err)
-			}
-			return nil
-		})
-		g.Go(func() error { r.watchHealth(gctx); return nil })
-	}
 	firstClaims := make(chan struct{})
 	var claimedOnce sync.WaitGroup
 	for _, p := range r.producers {
@@ -285,6 +273,22 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		})
 	}
 	go func() { claimedOnce.Wait(); close(firstClaims) }()
+	// Before the wake source starts: its health updates the same row.
+	r.registry.register(ctx, r.wakeState())
+	r.warnIfTriggerOff(ctx)
+	if r.source != nil {
+		g.Go(func() error {
+			// The source fails only when its DSN cannot serve it (a pooler in
+			// the way, another database, a server without logical
+			// replication): name the setting to change. Transient failures
+			// it retries itself, while the producers poll.
+			if err := r.source.Run(gctx); err != nil {
+				return fmt.Errorf("ListenDSN: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error { r.watchHealth(gctx); return nil })
+	}
 	g.Go(func() error { r.markReady(gctx, firstClaims); return nil })
 	g.Go(func() error { return r.maintenanceLoop(gctx) })
 	g.Go(func() error { return r.schedulerLoop(gctx) })
