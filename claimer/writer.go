@@ -20,8 +20,8 @@ const (
 	// next batch gathers, so a single writer keeps up by writing more per
 	// statement. Two writers made outcome statements contend for the same
 	// index pages and, on two cores, for the processor: a drain of 50 000
-	// no-op jobs ran at 28 100 jobs/s with one and 23 900 with two (median
-	// of three interleaved runs each of fila bench --scenarios drain
+	// no-op jobs ran at 28 100 jobs/s with one and 23 900 with two (mean of
+	// three interleaved runs each of fila bench --scenarios drain
 	// --drain-jobs 50000; 21 100 against 19 200 at 20 000 jobs).
 	WriterParallelDefault = 1
 	// WriteTimeoutDefault bounds one outcome statement.
