@@ -1,11 +1,13 @@
 package claimer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -317,6 +319,13 @@ func (s *Store) Release(ctx context.Context, owned []Attempt, reason string) (in
 	if len(owned) == 0 {
 		return 0, nil
 	}
+	// fila_release waits for its rows' locks and takes them in the order
+	// given. Id order is the order a scan of the primary key takes them in,
+	// as the statement did before migration 0008, which keeps a deadlock
+	// with another statement locking some of the same rows unlikely (one
+	// that happens is broken by PostgreSQL; the attempts then come back
+	// when their leases expire).
+	owned = slices.SortedFunc(slices.Values(owned), func(a, b Attempt) int { return cmp.Compare(a.ID, b.ID) })
 	ids, attempts, started := split(owned)
 	var released int
 	if err := s.db.QueryRow(ctx, sqlRelease, ids, attempts, started, StorableText(reason, ErrorTextMax)).Scan(&released); err != nil {
