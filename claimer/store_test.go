@@ -595,7 +595,6 @@ func TestOutcomePlansAreLinear(t *testing.T) {
 	for _, fn := range []string{"fila_heartbeat", "fila_release", "fila_finish"} {
 		require.Contains(t, all, "PL/pgSQL function "+fn, "no plan of %s was sent", fn)
 	}
-	t.Log(all)
 	// A scan of an input list or of a CTE repeated per outcome is the
 	// quadratic shape; index probes repeated per outcome are expected.
 	rescan := regexp.MustCompile(`(CTE Scan|Function Scan) on \w+.*loops=(\d+)`)
