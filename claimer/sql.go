@@ -19,6 +19,10 @@ FROM fila_heartbeat($1::bigint[], $2::int[], $3::timestamptz[], $4::float8)`
 
 	sqlRelease = `SELECT fila_release($1::bigint[], $2::int[], $3::timestamptz[], $4::text)`
 
+	// Which of some jobs still exist: for the outcomes and heartbeats the
+	// hot statements did not list (a row locked for a moment, or deleted).
+	sqlExisting = `SELECT id FROM fila_jobs WHERE id = ANY ($1::bigint[])`
+
 	sqlSleep = `SELECT fila_sleep($1::text, $2::text)`
 	sqlWake  = `DELETE FROM fila_sleepers WHERE queue = $1::text AND worker = $2::text`
 

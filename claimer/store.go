@@ -226,18 +226,31 @@ func (s *Store) Finish(ctx context.Context, outs []Outcome) ([]Finished, error) 
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("finish %d attempts: %w", n, err)
 	}
-	// fila_finish lists the rows it updated and those it found fenced; an
-	// outcome it does not list had its row locked by another statement.
+	// fila_finish lists the rows it updated and those it found fenced. An
+	// outcome it does not list had its row locked by another statement
+	// (write it again), or its job was deleted while it ran (fenced).
 	if len(out) < n {
 		listed := make(map[AttemptKey]bool, len(out))
 		for _, f := range out {
 			listed[f.Key] = true
 		}
+		var missing []Attempt
 		for _, o := range outs {
 			if k := o.Key(); !listed[k] {
 				listed[k] = true
-				out = append(out, Finished{Key: k, State: StateSkipped})
+				missing = append(missing, o.Attempt)
 			}
+		}
+		exists, err := s.existing(ctx, missing)
+		if err != nil {
+			return nil, fmt.Errorf("finish %d attempts: %w", n, err)
+		}
+		for _, a := range missing {
+			state := StateFenced
+			if exists[a.ID] {
+				state = StateSkipped
+			}
+			out = append(out, Finished{Key: a.Key(), State: state})
 		}
 	}
 	return out, nil
@@ -295,13 +308,48 @@ func (s *Store) Heartbeat(ctx context.Context, owned []Attempt, lease time.Durat
 		return nil, fmt.Errorf("heartbeat %d jobs: %w", len(owned), err)
 	}
 	// An attempt fila_heartbeat does not list had its row locked by another
-	// statement.
+	// statement (busy), or its job was deleted while it ran (lost).
+	var missing []Attempt
 	for _, a := range owned {
 		if _, ok := got[a.Key()]; !ok {
+			missing = append(missing, a)
+		}
+	}
+	exists, err := s.existing(ctx, missing)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat %d jobs: %w", len(owned), err)
+	}
+	for _, a := range missing {
+		got[a.Key()] = Lost
+		if exists[a.ID] {
 			got[a.Key()] = Busy
 		}
 	}
 	return got, nil
+}
+
+// existing says which of the attempts' jobs still exist.
+func (s *Store) existing(ctx context.Context, as []Attempt) (map[int64]bool, error) {
+	if len(as) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(as))
+	for i, a := range as {
+		ids[i] = a.ID
+	}
+	rows, err := s.db.Query(ctx, sqlExisting, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up %d jobs: %w", len(ids), err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("look up %d jobs: %w", len(ids), err)
+	}
+	exists := make(map[int64]bool, len(found))
+	for _, id := range found {
+		exists[id] = true
+	}
+	return exists, nil
 }
 
 func split(as []Attempt) ([]int64, []int32, []time.Time) {

@@ -36,6 +36,15 @@ func insert(t *testing.T, db *testdb.DB, sql string, args ...any) int64 {
 	return id
 }
 
+// statesByKey is how Finish left each attempt.
+func statesByKey(fin []claimer.Finished) map[claimer.AttemptKey]string {
+	m := make(map[claimer.AttemptKey]string, len(fin))
+	for _, f := range fin {
+		m[f.Key] = f.State
+	}
+	return m
+}
+
 func jobRow(t *testing.T, db *testdb.DB, id int64) (state string, attempts int, lastErr string) {
 	t.Helper()
 	var le *string
@@ -395,10 +404,7 @@ func TestSameCountAttemptsToldApart(t *testing.T) {
 	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: cur, Err: "x", Delay: time.Second}, {Attempt: old, OK: true}})
 	require.NoError(t, err)
 	require.Len(t, fin, 2)
-	byKey := map[claimer.AttemptKey]string{}
-	for _, f := range fin {
-		byKey[f.Key] = f.State
-	}
+	byKey := statesByKey(fin)
 	require.Equal(t, claimer.StateFenced, byKey[old.Key()])
 	require.Equal(t, "pending", byKey[cur.Key()])
 }
@@ -503,10 +509,7 @@ func TestOutcomeOfADeletedJob(t *testing.T) {
 	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: gone, OK: true}, {Attempt: kept, OK: true}})
 	require.NoError(t, err)
 	require.Len(t, fin, 2)
-	byKey := map[claimer.AttemptKey]string{}
-	for _, f := range fin {
-		byKey[f.Key] = f.State
-	}
+	byKey := statesByKey(fin)
 	require.Equal(t, claimer.StateFenced, byKey[gone.Key()])
 	require.Equal(t, "completed", byKey[kept.Key()])
 }
