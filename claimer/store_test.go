@@ -526,40 +526,17 @@ func TestOutcomePlansAreLinear(t *testing.T) {
 	_, db := newStore(t)
 	ctx := context.Background()
 	const n = 300
-	cfg, err := pgx.ParseConfig(db.DirectDSN)
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		plans []string
-	)
-	cfg.OnNotice = func(_ *pgconn.PgConn, m *pgconn.Notice) {
-		mu.Lock()
-		defer mu.Unlock()
-		plans = append(plans, m.Message+"\n"+m.Where)
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, conn.Close(ctx)) }()
-	for _, q := range []string{
-		`LOAD 'auto_explain'`,
-		`SET auto_explain.log_min_duration = 0`,
-		`SET auto_explain.log_analyze = on`,
-		`SET auto_explain.log_nested_statements = on`,
+	conn, plans := explainedConn(t, db,
 		`SET plan_cache_mode = force_generic_plan`,
 		// Which join method the planner picks for two lists depends on
 		// estimates an array parameter hides (ten elements, whatever its
 		// length), so the test leaves it only nested loops: a statement
 		// that is linear only when the planner guesses a hash join fails.
 		`SET enable_hashjoin = off`,
-		`SET enable_mergejoin = off`,
-		`SET client_min_messages = log`,
-	} {
-		_, err := conn.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
+		`SET enable_mergejoin = off`)
 	// A table analyzed while it held a backlog, as a busy queue's is: the
 	// planner expects few of its rows to match.
-	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) SELECT 'k' FROM generate_series(1, $1::int)`, 20*n)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) SELECT 'k' FROM generate_series(1, $1::int)`, 20*n)
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `ANALYZE fila_jobs`)
 	require.NoError(t, err)
@@ -575,9 +552,7 @@ func TestOutcomePlansAreLinear(t *testing.T) {
 			outs = append(outs, claimer.Outcome{Attempt: j.Attempt, OK: i%2 == 0, Err: "no", Delay: time.Second})
 		}
 	}
-	mu.Lock()
-	plans = nil
-	mu.Unlock()
+	plans.reset()
 
 	got, err := s.Heartbeat(ctx, owned, time.Minute)
 	require.NoError(t, err)
@@ -592,9 +567,7 @@ func TestOutcomePlansAreLinear(t *testing.T) {
 		require.NotEqual(t, claimer.StateSkipped, f.State)
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
-	all := strings.Join(plans, "\n")
+	all := plans.text()
 	for _, fn := range []string{"fila_heartbeat", "fila_release", "fila_finish"} {
 		require.Contains(t, all, "PL/pgSQL function "+fn, "no plan of %s was sent", fn)
 	}
@@ -612,4 +585,84 @@ func TestOutcomePlansAreLinear(t *testing.T) {
 			require.Less(t, k, n, "outcomes compared pairwise: %s\n%s", line, all)
 		}
 	}
+}
+
+// planLog collects the plans auto_explain sends a connection as notices.
+type planLog struct {
+	mu    sync.Mutex
+	plans []string
+}
+
+func (l *planLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.plans = nil
+}
+
+func (l *planLog) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.plans, "\n")
+}
+
+// explainedConn opens a direct connection whose backend sends the plan of
+// every statement it runs, nested ones included, with the counts of its
+// run, after running settings.
+func explainedConn(t *testing.T, db *testdb.DB, settings ...string) (*pgx.Conn, *planLog) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(db.DirectDSN)
+	require.NoError(t, err)
+	log := &planLog{}
+	cfg.OnNotice = func(_ *pgconn.PgConn, m *pgconn.Notice) {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		log.plans = append(log.plans, m.Message+"\n"+m.Where)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, conn.Close(context.Background())) })
+	for _, q := range append([]string{
+		`LOAD 'auto_explain'`,
+		`SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_analyze = on`,
+		`SET auto_explain.log_nested_statements = on`,
+	}, append(settings, `SET client_min_messages = log`)...) {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	return conn, log
+}
+
+// TestClaimPlanOfASmallTableScansNoTable: the claim plans its statement
+// once per connection, so a worker that starts on an empty table keeps the
+// plan made for it. That plan must not read the whole table, which grows.
+func TestClaimPlanOfASmallTableScansNoTable(t *testing.T) {
+	t.Parallel()
+	_, db := newStore(t)
+	ctx := context.Background()
+	conn, plans := explainedConn(t, db)
+	s := claimer.New(conn)
+	res, err := s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, res.Jobs)
+
+	// The table grows: a history of finished jobs, a few running, one
+	// waiting.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, state, attempts, finished_at)
+		SELECT 'k', 'completed', 1, now() FROM generate_series(1, 5000)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, state, attempts, lease_until, started_at)
+		SELECT 'k', 'running', 1, now() + interval '1 hour', now() FROM generate_series(1, 50)`)
+	require.NoError(t, err)
+	id := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	plans.reset()
+	res, err = s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	require.Equal(t, id, res.Jobs[0].ID)
+
+	all := plans.text()
+	require.Contains(t, all, "PL/pgSQL function fila_claim", "no plan of the claim was sent")
+	require.NotRegexp(t, `Seq Scan on fila_jobs`, all, "the claim reads the whole table:\n%s", all)
 }
