@@ -100,7 +100,8 @@ func throughputSection(b *bytes.Buffer, r *Results) error {
 	}
 	b.WriteString("drain: from starting the workers on a backlog until every completion is written; steady: jobs completed\n" +
 		"while producers insert at once; sql-floor: a minimal batch claim and one fenced UPDATE per batch, both prepared,\n" +
-		"no runtime; river rows come from bench/peers in this run.\n")
+		"no runtime, timed from opening its connections as the drain is from starting the runtime; river rows come\n" +
+		"from bench/peers in this run (its pool is open before its clock starts).\n")
 	return nil
 }
 
