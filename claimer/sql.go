@@ -11,6 +11,9 @@ const (
        wait_ms, rescued, next_due_ms
 FROM fila_claim($1::text, $2::text[], $3::int, $4::float8, $5::text[], $6::text[], $7::int[])`
 
+	sqlClaimID = `SELECT id, kind, payload, priority, attempt, max_attempts, created_at, started_at, wait_ms
+FROM fila_claim_id($1::bigint, $2::text, $3::text[], $4::float8)`
+
 	sqlFinish = `SELECT id, attempt, started_at, state, due_ms
 FROM fila_finish($1::bigint[], $2::int[], $3::timestamptz[], $4::bool[], $5::text[], $6::float8[], $7::bool[])`
 

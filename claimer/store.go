@@ -145,6 +145,29 @@ func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limits 
 	return res, nil
 }
 
+// ClaimID claims the job id for lease if it is still pending and runnable,
+// in queue, of one of kinds, and queue is not paused; otherwise it returns
+// nil. A notification names the job that woke a worker: claiming it by its
+// id is a primary-key probe, where Claim reads the queue's head. Kinds with
+// a limit must not be passed: their slots are checked by Claim only.
+func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []string, lease time.Duration) (*Job, error) {
+	var (
+		j       = Job{Queue: queue}
+		payload string
+		waitMs  float64
+	)
+	err := s.db.QueryRow(ctx, sqlClaimID, id, queue, kinds, ms(lease)).Scan(&j.ID, &j.Kind, &payload, &j.Priority,
+		&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim job %d: %w", id, err)
+	}
+	j.Payload, j.Wait = json.RawMessage(payload), fromMs(waitMs)
+	return &j, nil
+}
+
 // Outcome is the result of one attempt, to be written by Finish.
 type Outcome struct {
 	Attempt

@@ -666,3 +666,49 @@ func TestClaimPlanOfASmallTableScansNoTable(t *testing.T) {
 	require.Contains(t, all, "PL/pgSQL function fila_claim", "no plan of the claim was sent")
 	require.NotRegexp(t, `Seq Scan on fila_jobs`, all, "the claim reads the whole table:\n%s", all)
 }
+
+// ClaimID takes the job it names only while it is pending, runnable, in
+// the caller's queue and of one of its kinds, and its queue is not paused.
+func TestClaimIDOnlyARunnableJob(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	ready := insert(t, db, `INSERT INTO fila_jobs (kind, payload, priority) VALUES ('k', '{"a":1}', 3) RETURNING id`)
+	later := insert(t, db, `INSERT INTO fila_jobs (kind, run_at) VALUES ('k', now() + interval '1 hour') RETURNING id`)
+	other := insert(t, db, `INSERT INTO fila_jobs (kind, queue) VALUES ('k', 'other') RETURNING id`)
+	otherKind := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('x') RETURNING id`)
+	done := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, finished_at) VALUES ('k', 'completed', 1, now()) RETURNING id`)
+
+	for _, id := range []int64{later, other, otherKind, done, 1 << 40} {
+		j, err := s.ClaimID(ctx, id, "default", kinds, time.Minute)
+		require.NoError(t, err)
+		require.Nil(t, j, "job %d", id)
+	}
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_queues (queue, paused) VALUES ('default', true)`)
+	require.NoError(t, err)
+	j, err := s.ClaimID(ctx, ready, "default", kinds, time.Minute)
+	require.NoError(t, err)
+	require.Nil(t, j, "a job of a paused queue")
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_queues SET paused = false`)
+	require.NoError(t, err)
+
+	j, err = s.ClaimID(ctx, ready, "default", kinds, time.Minute)
+	require.NoError(t, err)
+	require.NotNil(t, j)
+	require.Equal(t, ready, j.ID)
+	require.Equal(t, 1, j.Attempt.Attempt)
+	require.Equal(t, "k", j.Kind)
+	require.Equal(t, "default", j.Queue)
+	require.Equal(t, int16(3), j.Priority)
+	require.JSONEq(t, `{"a":1}`, string(j.Payload))
+	state, attempts, _ := jobRow(t, db, ready)
+	require.Equal(t, "running", state)
+	require.Equal(t, 1, attempts)
+	again, err := s.ClaimID(ctx, ready, "default", kinds, time.Minute)
+	require.NoError(t, err)
+	require.Nil(t, again, "a running job claimed twice")
+	// The attempt it returns is the one the outcome must name.
+	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: j.Attempt, OK: true}})
+	require.NoError(t, err)
+	require.Equal(t, "completed", statesByKey(fin)[j.Attempt.Key()])
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -139,7 +140,10 @@ func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
 			l.events.Add(1)
 			l.log.Debug("notification", zap.String("channel", n.Channel), zap.String("payload", n.Payload))
 			if q, ok := strings.CutPrefix(n.Channel, channel.Prefix); ok {
-				l.wakeQueue(q)
+				// The payload is the id of the queue's first new job of the
+				// notifying statement (migration 0005).
+				job, _ := strconv.ParseInt(n.Payload, 10, 64)
+				l.wakeQueue(q, job)
 			} else {
 				l.wake()
 			}

@@ -98,3 +98,41 @@ func TestSourcesRefuseAnotherDatabase(t *testing.T) {
 	start(t, ok)
 	waitReady(t, ok)
 }
+
+// A notification names the queue's first new job of its statement: the hint
+// a claimer takes is that job's id, once; after two notifications, or a
+// (re)connect, it is HintMany.
+func TestNotificationHintsItsJob(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	l := newListener(t, Config{DSN: db.DirectDSN, Queues: []string{"a", "b"}})
+	start(t, l)
+	waitReady(t, l)
+	a, b := l.WakesFor("a"), l.WakesFor("b")
+	waitQueueWake(t, a, "queue a's catch-up wake after connecting")
+	waitQueueWake(t, b, "queue b's catch-up wake after connecting")
+	require.Equal(t, HintMany, l.TakeHint("a"), "a connect names no job")
+	require.Equal(t, HintMany, l.TakeHint("b"), "a connect names no job")
+	require.Zero(t, l.TakeHint("a"), "a hint taken twice")
+	require.Zero(t, l.TakeHint("not-mine"))
+
+	insertID := func(queue string) int64 {
+		var id int64
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			"INSERT INTO fila_jobs (queue, kind) VALUES ($1::text, 'k') RETURNING id", queue).Scan(&id))
+		return id
+	}
+	id := insertID("a")
+	waitQueueWake(t, a, "queue a's wake for its insert")
+	require.Equal(t, id, l.TakeHint("a"))
+	require.Zero(t, l.TakeHint("a"))
+
+	// Two jobs before the claimer looks: it must read the queue's head.
+	insertID("a")
+	insertID("a")
+	insertID("b") // handled after both of a's
+	waitQueueWake(t, b, "queue b's wake for its insert")
+	waitQueueWake(t, a, "queue a's wake for its inserts")
+	require.Equal(t, HintMany, l.TakeHint("a"))
+	require.Positive(t, l.TakeHint("b"), "queue b's one job")
+}

@@ -38,6 +38,19 @@ type Source interface {
 	HealthChanges() <-chan struct{}
 }
 
+// Hinter is implemented by a source that can say which job woke a queue.
+type Hinter interface {
+	// TakeHint returns, and forgets, the id of the one job whose event woke
+	// queue since the last call: 0 when no event named a job, and
+	// HintMany when several events came or some may have been lost (a
+	// reconnect), when the claimer must read the queue's head.
+	TakeHint(queue string) int64
+}
+
+// HintMany is the hint of a queue woken by more than one event, or by a
+// reconnect.
+const HintMany int64 = -1
+
 // Stats is a snapshot of a source's counters, for the stats command and logs.
 type Stats struct {
 	Notifications uint64 // events received (NOTIFYs, or transactions with inserts for WAL)
@@ -69,6 +82,7 @@ type state struct {
 
 	wakes         chan struct{}
 	queueWakes    map[string]chan struct{}
+	hints         map[string]*atomic.Int64 // see TakeHint
 	ready         chan struct{}
 	readyOnce     sync.Once
 	healthChanges chan struct{}
@@ -87,11 +101,13 @@ func newState(log *zap.Logger, queues []string) *state {
 		log:           log,
 		wakes:         make(chan struct{}, 1),
 		queueWakes:    make(map[string]chan struct{}, len(queues)),
+		hints:         make(map[string]*atomic.Int64, len(queues)),
 		ready:         make(chan struct{}),
 		healthChanges: make(chan struct{}, 1),
 	}
 	for _, q := range queues {
 		s.queueWakes[q] = make(chan struct{}, 1)
+		s.hints[q] = new(atomic.Int64)
 	}
 	return s
 }
@@ -105,17 +121,39 @@ func (s *state) WakesFor(queue string) <-chan struct{} {
 	return nil
 }
 
+// TakeHint implements Hinter.
+func (s *state) TakeHint(queue string) int64 {
+	if h, ok := s.hints[queue]; ok {
+		return h.Swap(0)
+	}
+	return 0
+}
+
 // wake signals the claimers of every queue without ever blocking: one
-// pending wake is enough.
+// pending wake is enough. Events may have been missed, so no queue's hint
+// stands.
 func (s *state) wake() {
+	for _, h := range s.hints {
+		h.Store(HintMany)
+	}
 	signal(s.wakes)
 	for _, ch := range s.queueWakes {
 		signal(ch)
 	}
 }
 
-// wakeQueue signals the claimers of one queue.
-func (s *state) wakeQueue(queue string) {
+// wakeQueue signals the claimers of one queue; job, when not 0, is the id
+// the event named. The hint is set before the signal, so a claimer that
+// receives the signal finds it.
+func (s *state) wakeQueue(queue string, job int64) {
+	if h, ok := s.hints[queue]; ok {
+		switch {
+		case job <= 0:
+			h.Store(HintMany)
+		case !h.CompareAndSwap(0, job):
+			h.Store(HintMany) // a second event before the first was taken
+		}
+	}
 	signal(s.wakes)
 	if ch, ok := s.queueWakes[queue]; ok {
 		signal(ch)

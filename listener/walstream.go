@@ -180,5 +180,5 @@ func (w *WAL) wakeOnce(st *stream, queue string) {
 	st.woke[queue] = true
 	w.events.Add(1)
 	w.log.Debug("job committed; waking", zap.String("queue", queue))
-	w.wakeQueue(queue)
+	w.wakeQueue(queue, 0) // a transaction of inserts names no single job
 }

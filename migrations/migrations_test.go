@@ -100,6 +100,7 @@ func TestSchemaContract(t *testing.T) {
 	// claim scans the table or hashes a join (0008, 0010).
 	for fn, want := range map[string][]string{
 		"fila_claim":     {"jit=off", "plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"},
+		"fila_claim_id":  {"jit=off", "plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"},
 		"fila_finish":    {"jit=off", "plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"},
 		"fila_heartbeat": {"jit=off", "plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"},
 		"fila_release":   {"jit=off", "plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"},

@@ -8,7 +8,9 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
+	"github.com/fila-run/fila/claimer"
 	"github.com/fila-run/fila/fallbackpoll"
+	"github.com/fila-run/fila/listener"
 )
 
 // claimTimeout bounds one claim statement, which is not cancelled by a stop.
@@ -36,6 +38,9 @@ type producer struct {
 	empties     int // empty claims in a row while polling
 	windowStart time.Time
 	windowJobs  int // jobs claimed on notifications in the second since windowStart
+	// hint is the job the last notification named (listener.Hinter), taken
+	// when the wake source woke this producer and used by its next claim.
+	hint int64
 }
 
 func newProducer(rt *Runtime, queue string) (*producer, error) {
@@ -82,6 +87,7 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	p.busyPoll = time.NewTimer(time.Hour)
 	p.busyPoll.Stop()
 	defer p.busyPoll.Stop()
+	hinter, _ := p.rt.source.(listener.Hinter)
 	p.empties = busyEmptyPolls // try to sleep after the first empty claim
 	defer p.forgetSleep()
 	// A claim of one job per freed slot would cost a statement per job under
@@ -129,6 +135,9 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 			return nil
 		case <-wakes:
 			dirty, reason = true, sourceReason
+			if hinter != nil {
+				p.hint = hinter.TakeHint(p.queue)
+			}
 		case why := <-p.poller.Wakes():
 			dirty, reason = true, WakePoll
 			if why == fallbackpoll.ReasonDue {
@@ -240,8 +249,30 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 	// dispatched even when stopping; the drain runs them or a hard stop
 	// returns them at once.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	hint := p.hint
+	p.hint = 0
+	if hint > 0 && p.asleep && len(rt.idKinds) > 0 {
+		// Asleep, this worker found the queue empty, and one notification
+		// since names the job that came: claim it by its id, then read the
+		// queue's head for anything else (more), as a claim that filled
+		// every slot does. The head's read rescues expired leases and sets
+		// the due timer; it costs a statement after the pickup instead of
+		// before it.
+		cj, err := rt.store.ClaimID(cctx, hint, p.queue, rt.idKinds, rt.cfg.Lease)
+		if err != nil {
+			p.log.Warn("claim by id failed; claiming from the queue's head", zap.Int64("job_id", hint), zap.Error(err))
+		}
+		if cj != nil {
+			if rt.total != nil && n > 1 {
+				rt.total.Release(int64(n - 1))
+			}
+			rt.claimedByID.Add(1)
+			p.dispatchClaimed(&claimer.ClaimResult{Jobs: []*claimer.Job{cj}})
+			return 1, true, nil
+		}
+	}
 	res, err := rt.store.Claim(cctx, p.queue, rt.kindNames, rt.limits, n, rt.cfg.Lease)
-	cancel()
 	if err != nil {
 		if rt.total != nil {
 			rt.total.Release(int64(n))
@@ -254,15 +285,7 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 	if res.Rescued > 0 {
 		p.log.Warn("rescued jobs whose lease expired", zap.Int("jobs", res.Rescued))
 	}
-	jobs := make([]*Job, len(res.Jobs))
-	for i, cj := range res.Jobs {
-		jobs[i] = newJob(cj)
-	}
-	rt.cfg.Observer.Claimed(p.queue, jobs, res.Rescued)
-	for _, j := range jobs {
-		p.dispatch(j)
-	}
-	p.poller.Claimed(len(res.Jobs))
+	p.dispatchClaimed(&res)
 	more = len(res.Jobs) == n || res.Rescued > 0
 	// Only ever move the timer earlier: a retry written while this claim was
 	// on the wire set a due time the claim's snapshot could not see, and
@@ -271,6 +294,19 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 		p.poller.DueWithin(res.NextDue)
 	}
 	return len(res.Jobs), more, nil
+}
+
+// dispatchClaimed reports a claim's jobs and runs them.
+func (p *producer) dispatchClaimed(res *claimer.ClaimResult) {
+	jobs := make([]*Job, len(res.Jobs))
+	for i, cj := range res.Jobs {
+		jobs[i] = newJob(cj)
+	}
+	p.rt.cfg.Observer.Claimed(p.queue, jobs, res.Rescued)
+	for _, j := range jobs {
+		p.dispatch(j)
+	}
+	p.poller.Claimed(len(res.Jobs))
 }
 
 // dispatch hands one claimed attempt to the completer, which owns it from

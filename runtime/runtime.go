@@ -44,6 +44,9 @@ type Stats struct {
 	// Reconnects counts the wake source's reconnections after a lost
 	// connection.
 	Reconnects uint64
+	// ClaimedByID counts the attempts among Claimed that were claimed by
+	// the id their notification named, without reading the queue's head.
+	ClaimedByID uint64
 }
 
 // Runtime runs handlers for jobs of its queues. Its parts, each in a file of
@@ -58,7 +61,8 @@ type Runtime struct {
 	kinds     map[string]Kind
 	kindNames []string
 	limits    []claimer.KindLimit
-	rollup    *rollup // what this worker did, written to fila_minutes
+	idKinds   []string // the kinds without a limit, which a claim by id may take
+	rollup    *rollup  // what this worker did, written to fila_minutes
 
 	pool        *pgxpool.Pool
 	owns        bool // Fila opened pool and must close it
@@ -86,6 +90,7 @@ type Runtime struct {
 	handlers sync.WaitGroup
 
 	claimed, completed, failed, leaseLost, cancelled, released atomic.Uint64
+	claimedByID                                                atomic.Uint64
 	completedSinceRetention                                    atomic.Int64
 }
 
@@ -109,6 +114,11 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	slices.Sort(r.kindNames)
+	for _, k := range r.kindNames {
+		if r.kinds[k].Limit == nil {
+			r.idKinds = append(r.idKinds, k)
+		}
+	}
 	if cfg.MaxConcurrency > 0 {
 		r.total = semaphore.NewWeighted(int64(cfg.MaxConcurrency))
 	}
@@ -151,7 +161,7 @@ func (r *Runtime) Done() <-chan struct{} { return r.done }
 
 // Stats returns counters since Run started.
 func (r *Runtime) Stats() Stats {
-	s := Stats{Claimed: r.claimed.Load(), Completed: r.completed.Load(), Failed: r.failed.Load(),
+	s := Stats{Claimed: r.claimed.Load(), ClaimedByID: r.claimedByID.Load(), Completed: r.completed.Load(), Failed: r.failed.Load(),
 		LeaseLost: r.leaseLost.Load(), Cancelled: r.cancelled.Load(), Released: r.released.Load()}
 	for _, p := range r.producers {
 		s.Running += int(p.running.Load())

@@ -1,0 +1,1 @@
+DROP FUNCTION fila_claim_id(bigint, text, text[], float8);
