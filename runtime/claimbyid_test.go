@@ -42,13 +42,33 @@ func TestNotifiedJobClaimedByID(t *testing.T) {
 			return true
 		}
 	}
-	rt := start(t, baseConfig(t, db,
+	obs := newRecordingObserver()
+	cfg := baseConfig(t, db,
 		runtime.Kind{Name: "k", Handler: record},
-		runtime.Kind{Name: "limited", Handler: record, Limit: &runtime.Limit{Max: 1}}))
+		runtime.Kind{Name: "limited", Handler: record, Limit: &runtime.Limit{Max: 1}})
+	cfg.Observer = obs
+	rt := start(t, cfg)
+	wakes := func() int {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		n := 0
+		for _, k := range obs.wakes {
+			n += k
+		}
+		return n
+	}
+	// Asleep, and done with the claim that follows falling asleep (which
+	// would take a job committed meanwhile from the head): its row is in
+	// fila_sleepers and it has not claimed for a while.
 	asleep := func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_sleepers WHERE queue = 'default'`).Scan(&n))
-		return n == 1
+		if n != 1 {
+			return false
+		}
+		before := wakes()
+		time.Sleep(150 * time.Millisecond)
+		return wakes() == before
 	}
 	waitFor(t, 10*time.Second, "the worker sleeps on its queue", asleep)
 
