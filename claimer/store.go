@@ -71,10 +71,27 @@ type ClaimResult struct {
 }
 
 // Store runs Fila's SQL against a database.
-type Store struct{ db DB }
+type Store struct {
+	db      DB
+	mode    pgx.QueryExecMode
+	hasMode bool
+}
 
 // New returns a Store on db.
 func New(db DB) *Store { return &Store{db: db} }
+
+// SetStatementMode makes every statement of s run in mode, whatever the
+// default of db's connections. Call it before the Store is used.
+func (s *Store) SetStatementMode(mode pgx.QueryExecMode) { s.mode, s.hasMode = mode, true }
+
+// args is a statement's arguments, led by the Store's statement mode when
+// it has one (pgx takes a QueryExecMode as the first argument).
+func (s *Store) args(a ...any) []any {
+	if !s.hasMode {
+		return a
+	}
+	return append([]any{s.mode}, a...)
+}
 
 // KindLimit caps the running jobs of one kind per concurrency key, across
 // every worker: the key is the payload's value at the dotted path Key ("" when
@@ -95,7 +112,7 @@ func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limits 
 	for i, l := range limits {
 		lk[i], lp[i], lm[i] = l.Kind, l.Key, int32(l.Max)
 	}
-	rows, err := s.db.Query(ctx, sqlClaim, queue, kinds, limit, ms(lease), lk, lp, lm)
+	rows, err := s.db.Query(ctx, sqlClaim, s.args(queue, kinds, limit, ms(lease), lk, lp, lm)...)
 	if err != nil {
 		return res, fmt.Errorf("claim: %w", err)
 	}
@@ -156,7 +173,7 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 		payload string
 		waitMs  float64
 	)
-	err := s.db.QueryRow(ctx, sqlClaimID, id, queue, kinds, ms(lease)).Scan(&j.ID, &j.Kind, &payload, &j.Priority,
+	err := s.db.QueryRow(ctx, sqlClaimID, s.args(id, queue, kinds, ms(lease))...).Scan(&j.ID, &j.Kind, &payload, &j.Priority,
 		&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -238,7 +255,7 @@ func (s *Store) Finish(ctx context.Context, outs []Outcome) ([]Finished, error) 
 			errs[i] = StorableText(o.Err, ErrorTextMax)
 		}
 	}
-	rows, err := s.db.Query(ctx, sqlFinish, ids, attempts, started, oks, errs, delays, perms)
+	rows, err := s.db.Query(ctx, sqlFinish, s.args(ids, attempts, started, oks, errs, delays, perms)...)
 	if err != nil {
 		return nil, fmt.Errorf("finish %d attempts: %w", n, err)
 	}
@@ -321,7 +338,7 @@ func (s *Store) Heartbeat(ctx context.Context, owned []Attempt, lease time.Durat
 		return got, nil
 	}
 	ids, attempts, started := split(owned)
-	rows, err := s.db.Query(ctx, sqlHeartbeat, ids, attempts, started, ms(lease))
+	rows, err := s.db.Query(ctx, sqlHeartbeat, s.args(ids, attempts, started, ms(lease))...)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %d jobs: %w", len(owned), err)
 	}
@@ -369,7 +386,7 @@ func (s *Store) existing(ctx context.Context, as []Attempt) (map[int64]bool, err
 	for i, a := range as {
 		ids[i] = a.ID
 	}
-	rows, err := s.db.Query(ctx, sqlExisting, ids)
+	rows, err := s.db.Query(ctx, sqlExisting, s.args(ids)...)
 	if err != nil {
 		return nil, fmt.Errorf("look up %d jobs: %w", len(ids), err)
 	}
@@ -408,7 +425,7 @@ func (s *Store) Release(ctx context.Context, owned []Attempt, reason string) (in
 	owned = slices.SortedFunc(slices.Values(owned), func(a, b Attempt) int { return cmp.Compare(a.ID, b.ID) })
 	ids, attempts, started := split(owned)
 	var released int
-	if err := s.db.QueryRow(ctx, sqlRelease, ids, attempts, started, StorableText(reason, ErrorTextMax)).Scan(&released); err != nil {
+	if err := s.db.QueryRow(ctx, sqlRelease, s.args(ids, attempts, started, StorableText(reason, ErrorTextMax))...).Scan(&released); err != nil {
 		return 0, fmt.Errorf("release %d jobs: %w", len(owned), err)
 	}
 	return released, nil
@@ -445,7 +462,7 @@ func (s *Store) DeleteFinished(ctx context.Context, state string, olderThan time
 	default:
 		return 0, fmt.Errorf("delete finished jobs: state %q is not a finished state", state)
 	}
-	tag, err := s.db.Exec(ctx, q, olderThan.Seconds(), batch)
+	tag, err := s.db.Exec(ctx, q, s.args(olderThan.Seconds(), batch)...)
 	if err != nil {
 		return 0, fmt.Errorf("delete %s jobs: %w", state, err)
 	}
@@ -463,7 +480,7 @@ func fromMs(v float64) time.Duration { return time.Duration(v * float64(time.Mil
 // that claim, what commits after is notified); after false, keep polling.
 func (s *Store) Sleep(ctx context.Context, queue, worker string) (bool, error) {
 	var slept bool
-	if err := s.db.QueryRow(ctx, sqlSleep, queue, worker).Scan(&slept); err != nil {
+	if err := s.db.QueryRow(ctx, sqlSleep, s.args(queue, worker)...).Scan(&slept); err != nil {
 		return false, fmt.Errorf("sleep on queue %s: %w", queue, err)
 	}
 	return slept, nil
@@ -472,7 +489,7 @@ func (s *Store) Sleep(ctx context.Context, queue, worker string) (bool, error) {
 // Wake records that worker no longer sleeps on queue: producers may stop
 // notifying it, so it must poll until it sleeps again.
 func (s *Store) Wake(ctx context.Context, queue, worker string) error {
-	if _, err := s.db.Exec(ctx, sqlWake, queue, worker); err != nil {
+	if _, err := s.db.Exec(ctx, sqlWake, s.args(queue, worker)...); err != nil {
 		return fmt.Errorf("wake on queue %s: %w", queue, err)
 	}
 	return nil

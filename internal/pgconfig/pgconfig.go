@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,20 +42,11 @@ func Conn(dsn string) (*pgx.ConnConfig, error) {
 // NamesExecMode reports whether dsn chooses its own default_query_exec_mode.
 func NamesExecMode(dsn string) bool { return strings.Contains(dsn, "default_query_exec_mode") }
 
-// IsDirect connects once with cfg and reports whether the connection reaches
-// PostgreSQL itself rather than a pooler: a pooler such as PgBouncer answers
-// the startup with key data of its own, so the process id it gives differs
-// from the server's pg_backend_pid().
-func IsDirect(ctx context.Context, cfg *pgx.ConnConfig) (bool, error) {
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return false, err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
+// IsDirect reports whether conn reaches PostgreSQL itself rather than a
+// pooler: a pooler such as PgBouncer answers the startup with key data of
+// its own, so the process id it gives differs from the server's
+// pg_backend_pid().
+func IsDirect(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	var pid uint32
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()::bigint").Scan(&pid); err != nil {
 		return false, err
