@@ -33,7 +33,8 @@ type producer struct {
 	// ModeNotify's sleeping and polling, used by run's goroutine only.
 	quiet       bool        // the mode in which producers notify only sleepers
 	asleep      bool        // this worker's row in fila_sleepers exists
-	busyPoll    *time.Timer // the next poll while not asleep
+	busyPoll    *time.Timer // the next poll while not asleep; in ModeWAL, the next recheck
+	rechecks    int         // ModeWAL: rechecks armed since the last WAL wake's empty claim
 	pollEvery   time.Duration
 	empties     int // empty claims in a row while polling
 	windowStart time.Time
@@ -95,6 +96,7 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	threshold := max(1, p.limit/10)
 	first := true
 	dirty := true
+	recheck := false // this claim is a WAL recheck (see recheckWAL)
 	for {
 		if dirty {
 			running := int(p.running.Load())
@@ -119,7 +121,11 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 					if p.quiet {
 						dirty = p.settle(ctx, found, more, reason == WakeNotify) || dirty
 					}
+					if p.rt.cfg.Mode == ModeWAL {
+						p.recheckWAL(found > 0 || more, reason == WakeWAL, recheck)
+					}
 				}
+				recheck = false
 				if first {
 					first = false
 					claimedOnce()
@@ -145,9 +151,40 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 			}
 		case <-p.busyPoll.C:
 			dirty, reason = true, WakePoll
+			recheck = p.rt.cfg.Mode == ModeWAL
 		case <-p.freed:
 			reason = WakeSlot
 		}
+	}
+}
+
+// walRechecks are the delays of the claims that follow a WAL wake whose
+// claim found nothing. The WAL stream can deliver a transaction's commit
+// before the committing backend has made it visible to other snapshots
+// (PostgreSQL flushes the commit record, then updates its list of running
+// transactions), so a claim that follows the wake at once may not see the
+// job, and no other wake would come for it: seen in a test run under the
+// race detector, where the job waited for the safety poll. A notification
+// is delivered only once its transaction is visible, so ModeNotify needs
+// none.
+var walRechecks = []time.Duration{10 * time.Millisecond, 100 * time.Millisecond}
+
+// recheckWAL arms, in ModeWAL, the claims of walRechecks after a claim:
+// foundWork, none; an empty claim woken by the WAL, the first; an empty
+// recheck, the next, if any.
+func (p *producer) recheckWAL(foundWork, byWAL, recheck bool) {
+	switch {
+	case foundWork:
+		p.rechecks = 0
+		p.busyPoll.Stop()
+	case byWAL:
+		p.rechecks = 1
+		p.busyPoll.Reset(walRechecks[0])
+	case recheck && p.rechecks < len(walRechecks):
+		p.busyPoll.Reset(walRechecks[p.rechecks])
+		p.rechecks++
+	case recheck:
+		p.rechecks = 0
 	}
 }
 

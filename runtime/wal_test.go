@@ -49,3 +49,33 @@ func TestWALModePicksUpWithTriggerOff(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, on)
 }
+
+// A WAL wake whose claim finds nothing is followed by two rechecks (the
+// stream can deliver a commit a moment before other snapshots see it), and
+// no more: a job scheduled an hour ahead wakes the queue and is rechecked
+// twice, then left to its timer.
+func TestWALWakeRechecksAnEmptyClaim(t *testing.T) {
+	t.Parallel()
+	walLevelLogical(t)
+	db := newDB(t)
+	ctx := context.Background()
+	require.NoError(t, runtime.SetNotifyTrigger(ctx, db.Pool, false))
+	obs := newRecordingObserver()
+	cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: noop})
+	cfg.Mode = runtime.ModeWAL
+	cfg.Observer = obs
+	start(t, cfg)
+	wakes := func(r runtime.WakeReason) int {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return obs.wakes[r]
+	}
+	polls := wakes(runtime.WakePoll)
+	_, err := runtime.Insert(ctx, db.Pool, "k", nil, &runtime.InsertOpts{RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the WAL wake for the insert", func() bool { return wakes(runtime.WakeWAL) > 0 })
+	waitFor(t, 5*time.Second, "two rechecks after the empty claim", func() bool { return wakes(runtime.WakePoll) >= polls+2 })
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, polls+2, wakes(runtime.WakePoll), "the rechecks went on")
+	require.Equal(t, 1, countState(t, db, "pending"))
+}
