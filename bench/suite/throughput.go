@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,36 +99,23 @@ func (s *suite) runDrain(ctx context.Context) (res bench.ThroughputResult, err e
 	if err := s.backlog(ctx, db, n, "drain: insert"); err != nil {
 		return res, err
 	}
-	K := 1
-	fmt.Sscan(os.Getenv("FILA_K"), &K)
-	var rts []*runtime.Runtime
-	for i := 0; i < K; i++ {
-		cfg := s.throughputConfig(db.dsn)
-		cfg.Concurrency /= K
-		rt, err := runtime.New(cfg)
-		if err != nil {
-			return res, err
-		}
-		rts = append(rts, rt)
+	rt, err := runtime.New(s.throughputConfig(db.dsn))
+	if err != nil {
+		return res, err
 	}
 	prog := report.NewProgress(s.opts.Progress, "drain", n)
 	defer prog.Done()
 	begin := time.Now()
-	for _, rt := range rts {
-		stop, err := started(ctx, rt)
-		if err != nil {
-			return res, err
-		}
-		defer func() { err = errors.Join(err, stop()) }()
+	stop, err := started(ctx, rt)
+	if err != nil {
+		return res, err
 	}
+	defer func() { err = errors.Join(err, stop()) }()
 	deadline := time.Now().Add(time.Minute + time.Duration(n)*time.Millisecond)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		var done uint64
-		for _, rt := range rts {
-			done += rt.Stats().Completed
-		}
+		done := rt.Stats().Completed
 		prog.Set(int(done))
 		if done >= uint64(n) {
 			break
