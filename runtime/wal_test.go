@@ -70,10 +70,18 @@ func TestWALWakeRechecksAnEmptyClaim(t *testing.T) {
 		defer obs.mu.Unlock()
 		return obs.wakes[r]
 	}
-	polls := wakes(runtime.WakePoll)
+	// The stream wakes every queue when it connects, and that wake's empty
+	// claim is rechecked too: start counting once the worker is quiet.
+	all := func() int { return wakes(runtime.WakeWAL) + wakes(runtime.WakePoll) + wakes(runtime.WakeTimer) }
+	waitFor(t, 10*time.Second, "the worker quiet after its start", func() bool {
+		before := all()
+		time.Sleep(300 * time.Millisecond)
+		return all() == before
+	})
+	polls, wals := wakes(runtime.WakePoll), wakes(runtime.WakeWAL)
 	_, err := runtime.Insert(ctx, db.Pool, "k", nil, &runtime.InsertOpts{RunAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "the WAL wake for the insert", func() bool { return wakes(runtime.WakeWAL) > 0 })
+	waitFor(t, 10*time.Second, "the WAL wake for the insert", func() bool { return wakes(runtime.WakeWAL) > wals })
 	waitFor(t, 5*time.Second, "two rechecks after the empty claim", func() bool { return wakes(runtime.WakePoll) >= polls+2 })
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, polls+2, wakes(runtime.WakePoll), "the rechecks went on")
