@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,19 +129,31 @@ func TestThroughput(t *testing.T) {
 
 func TestIdle(t *testing.T) {
 	t.Parallel()
-	res := tiny(t, suite.ScenarioIdle)
-	require.Len(t, res.Idle, 2)
-	for _, x := range res.Idle {
-		require.Greater(t, x.Seconds, 0.5, "the measured window is about the 1 s asked for")
-		require.Positive(t, x.Backends, x.Mode)
-		t.Logf("%s: %d transactions in %.2f s, bound %d", x.Mode, x.Transactions, x.Seconds, report.IdleBound(x))
-		// The README's claim: an idle worker costs a query per poll
-		// interval and one per listener keep-alive. A worker claiming in a
-		// loop, or polling at ten times its interval, runs far more than
-		// that in a second. The slack is the start-up noise the baseline
-		// worker does not cancel exactly (a claim that raced the stop).
-		require.LessOrEqual(t, x.Transactions, int64(report.IdleBound(x)+idleSlack),
-			"%s: %d transactions in %.1f s, bound %d", x.Mode, x.Transactions, x.Seconds, report.IdleBound(x))
+	// The window follows the workers' start-up, which a loaded machine can
+	// stretch into it (a wake source that turns healthy late polls fast
+	// meanwhile): a second measurement is taken before failing. A claim
+	// loop, or a poll at ten times its interval, exceeds the bound in both.
+	var res *suite.Results
+	for attempt := 1; ; attempt++ {
+		res = tiny(t, suite.ScenarioIdle)
+		require.Len(t, res.Idle, 2)
+		over := ""
+		for _, x := range res.Idle {
+			require.Greater(t, x.Seconds, 0.5, "the measured window is about the 1 s asked for")
+			require.Positive(t, x.Backends, x.Mode)
+			t.Logf("attempt %d: %s: %d transactions in %.2f s, bound %d", attempt, x.Mode, x.Transactions, x.Seconds, report.IdleBound(x))
+			// The README's claim: an idle worker costs a query per poll
+			// interval and one per listener keep-alive. The slack is the
+			// start-up noise the baseline worker does not cancel exactly (a
+			// claim that raced the stop).
+			if x.Transactions > int64(report.IdleBound(x)+idleSlack) {
+				over += fmt.Sprintf("%s: %d transactions in %.1f s, bound %d; ", x.Mode, x.Transactions, x.Seconds, report.IdleBound(x))
+			}
+		}
+		if over == "" {
+			break
+		}
+		require.Less(t, attempt, 2, "over the bound in two measurements: %s", over)
 	}
 	// A 50 ms poll claims about 20 times a second; in a second it can
 	// hardly claim fewer than a few times.
