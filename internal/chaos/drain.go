@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,15 +36,19 @@ type drainSpec struct {
 
 // drainOutcome is what a drain measured.
 type drainOutcome struct {
-	counts        tableCounts
-	overlapping   []int64
-	okTwice       []int64
-	faultStart    time.Time
-	faultEnd      time.Time     // when the fault function returned
-	recovery      time.Duration // fault start to the first effect after faultEnd
-	drainTook     time.Duration
-	doneBefore    int      // jobs run before the fault
-	perWorker     []uint64 // jobs each runtime completed after the fault
+	counts      tableCounts
+	overlapping []int64
+	okTwice     []int64
+	faultStart  time.Time
+	faultEnd    time.Time     // when the fault function returned
+	recovery    time.Duration // fault start to the first effect after faultEnd
+	drainTook   time.Duration
+	doneBefore  int      // jobs run before the fault
+	perWorker   []uint64 // jobs each runtime completed after the fault
+	// claimedAfter is, per runtime, whether a claim statement of its
+	// succeeded after the fault was over: it recovered on its own, whether
+	// or not jobs were left for it by then.
+	claimedAfter  []bool
 	lockWaits     []lockWait
 	runtimeErrors []error
 	unfinished    []string
@@ -73,9 +78,10 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 
 	log := newRunLog()
 	type worker struct {
-		rt   *runtime.Runtime
-		pool *pgxpool.Pool
-		errc chan error
+		rt      *runtime.Runtime
+		pool    *pgxpool.Pool
+		errc    chan error
+		claimed *claimClock
 	}
 	workers := make([]*worker, spec.workers)
 	// stopAll stops every runtime still running; it may be called again.
@@ -125,8 +131,10 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 			log.end(r, err == nil)
 			return err
 		}
+		claimed := &claimClock{}
 		rt, err := runtime.New(runtime.Config{
-			DSN: spec.mainDSN, ListenDSN: spec.listenDSN,
+			Observer: claimed,
+			DSN:      spec.mainDSN, ListenDSN: spec.listenDSN,
 			Kinds:       []runtime.Kind{{Name: "record", Handler: handler}},
 			Concurrency: spec.concurrency, Lease: spec.lease, ClaimBatch: 50,
 			RetryBase: 50 * time.Millisecond, RetryMax: time.Second,
@@ -138,7 +146,7 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 			stopAll()
 			return nil, err
 		}
-		w := &worker{rt: rt, pool: pool, errc: make(chan error, 1)}
+		w := &worker{rt: rt, pool: pool, errc: make(chan error, 1), claimed: claimed}
 		workers[i] = w
 		go func() { w.errc <- rt.Run(context.WithoutCancel(ctx)) }()
 	}
@@ -217,6 +225,29 @@ wait:
 		}
 	}
 	out.drainTook = time.Since(started)
+	if !out.faultEnd.IsZero() {
+		// The others may have run every job left before a runtime's claim
+		// came out of its error backoff (at most 5 s): give each the time
+		// to make one.
+		wait := time.Now().Add(15 * time.Second)
+		for {
+			out.claimedAfter = out.claimedAfter[:0]
+			all := true
+			for _, w := range workers {
+				ok := w.claimed.last().After(out.faultEnd)
+				out.claimedAfter = append(out.claimedAfter, ok)
+				all = all && ok
+			}
+			if all || time.Now().After(wait) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 	if sampler != nil {
 		out.lockWaits = sampler.stop()
 	}
@@ -307,3 +338,15 @@ func (o *drainOutcome) judge(res *Result, jobs int, exactlyOnce bool) {
 		res.note("handlers that returned success twice for one job: %d (%s)", len(o.okTwice), ids(o.okTwice, 5))
 	}
 }
+
+// claimClock is a runtime.Observer that keeps the time of the runtime's
+// last successful claim statement, empty or not.
+type claimClock struct{ at atomic.Int64 }
+
+func (c *claimClock) Woken(string, runtime.WakeReason) {}
+func (c *claimClock) Claimed(string, []*runtime.Job, int) {
+	c.at.Store(time.Now().UnixNano())
+}
+func (c *claimClock) Finished(*runtime.Job, runtime.Outcome, time.Duration) {}
+
+func (c *claimClock) last() time.Time { return time.Unix(0, c.at.Load()) }
