@@ -67,9 +67,14 @@ type IdleResult struct {
 	// Seconds is the measured window.
 	Seconds float64 `json:"seconds"`
 	// Transactions committed or rolled back in the worker's database during
-	// the window (pg_stat_database, read from another database).
+	// the window (pg_stat_database, read from another database), less
+	// QueueReads.
 	Transactions int64   `json:"transactions"`
 	TxPerSec     float64 `json:"tx_per_sec"`
+	// QueueReads are transactions the worker's listener ran reading other
+	// databases' notifications from the server's shared queue, as a bare
+	// LISTEN over the same window did; not in Transactions.
+	QueueReads int64 `json:"queue_reads,omitempty"`
 	// Backends is how many server processes served the worker.
 	Backends int `json:"backends"`
 	// CPUMs is the user+system CPU those backends used during the window, in

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,10 +91,30 @@ func (s *suite) idle(ctx context.Context) (err error) {
 		baseline[i], measured[i] = &idleWorker{mode: m}, &idleWorker{mode: m}
 		all = append(all, baseline[i], measured[i])
 	}
+	var control *queueControl
+	if slices.Contains(modes, ModeNotify) {
+		control = &queueControl{s: s}
+		defer func() {
+			err = errors.Join(err, control.stop(ctx))
+			if control.db != nil {
+				err = errors.Join(err, control.db.drop())
+			}
+		}()
+	}
 	// Databases, pools and workers all start at once: the workers of a mode
 	// must start together to cancel each other's start-up out.
-	errs := make([]error, len(all))
+	errs := make([]error, len(all)+1)
 	var wg sync.WaitGroup
+	if control != nil {
+		wg.Go(func() {
+			if control.db, errs[len(all)] = s.srv.fresh(ctx); errs[len(all)] != nil {
+				return
+			}
+			if errs[len(all)] = control.db.exec(ctx, vacuumSQL); errs[len(all)] == nil {
+				errs[len(all)] = control.prepare(ctx)
+			}
+		})
+	}
 	for i, w := range all {
 		wg.Go(func() {
 			if w.db, errs[i] = s.srv.fresh(ctx); errs[i] != nil {
@@ -123,6 +144,12 @@ func (s *suite) idle(ctx context.Context) (err error) {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("baseline workers: %w", err)
+	}
+	// The window starts as the baselines stop.
+	if control != nil {
+		if err := control.listen(ctx); err != nil {
+			return err
+		}
 	}
 	cpu0 := make([]map[int]float64, len(modes))
 	for i, w := range measured {
@@ -160,6 +187,12 @@ func (s *suite) idle(ctx context.Context) (err error) {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("workers: %w", err)
 	}
+	var queueReads int64
+	if control != nil {
+		if queueReads, err = control.queueReads(ctx); err != nil {
+			return err
+		}
+	}
 	for i, m := range modes {
 		txM, err := s.exitedTransactions(ctx, measured[i].db.name)
 		if err != nil {
@@ -182,10 +215,19 @@ func (s *suite) idle(ctx context.Context) (err error) {
 			s.res.note("idle %s: the baseline worker ran %d more transactions than the measured one; counted as 0", m, -tx)
 			tx = 0
 		}
+		var reads int64
+		if m == ModeNotify && queueReads > 0 {
+			// Not the worker's doing: any LISTEN on this server paid them.
+			reads = min(queueReads, tx)
+			tx -= reads
+			s.res.note("idle %s: a bare LISTEN over the same window ran %d transactions reading other databases' notifications from the server's shared queue; the worker's listener paid about as many, not counted as its own",
+				m, queueReads)
+		}
 		r := bench.IdleResult{
 			System: SystemFila, Mode: m, Seconds: secs,
 			Transactions: tx, TxPerSec: float64(tx) / secs,
 			Backends: len(cpu1[i]), CPUMs: cpuDelta(cpu0[i], cpu1[i]),
+			QueueReads: reads,
 		}
 		switch m {
 		case ModeNotify:

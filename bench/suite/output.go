@@ -134,7 +134,9 @@ func idleSection(b *bytes.Buffer, r *Results) error {
 	}
 	b.WriteString("bound: one transaction per poll interval in the window, rounded up (notify: safety poll every 30 s plus the\n" +
 		"listener's keep-alive every 10 s). A window shorter than 30 s may hold no safety poll at all: run --idle-duration 60s\n" +
-		"to see it. Counted from pg_stat_database after the workers' backends exited; CPU from /proc (— when remote).\n")
+		"to see it. Counted from pg_stat_database after the workers' backends exited; CPU from /proc (— when remote).\n" +
+		"notify: less what a bare LISTEN in a database of its own ran over the same window, reading other databases'\n" +
+		"notifications from the server's shared queue (noted below when there were any).\n")
 	return nil
 }
 
