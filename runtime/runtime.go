@@ -82,10 +82,11 @@ type Runtime struct {
 	done         chan struct{}
 	claimingDone chan struct{}
 
-	ctlMu        sync.Mutex // guards the two below before Run sets them
-	stopClaiming context.CancelFunc
-	cancelWork   context.CancelCauseFunc
-	workCtx      context.Context
+	ctlMu         sync.Mutex // guards the fields below, which Run sets
+	stopClaiming  context.CancelFunc
+	cancelWork    context.CancelCauseFunc
+	workCtx       context.Context
+	stopRequested bool // Stop was called; a Run not yet set up returns at once
 
 	handlers sync.WaitGroup
 
@@ -239,8 +240,17 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	r.ctlMu.Lock()
 	r.stopClaiming, r.cancelWork, r.workCtx = stopClaiming, cancelWork, workCtx
+	stopped := r.stopRequested
 	r.ctlMu.Unlock()
 	defer stopClaiming()
+	if stopped {
+		// Stopped before it started (a signal handler that ran first): it
+		// never claims, and connects nothing.
+		stopClaiming()
+		cancelWork(ErrShutdown)
+		close(r.claimingDone)
+		return nil
+	}
 	defer cancelWork(ErrShutdown)
 	stopHard := context.AfterFunc(ctx, func() { cancelWork(ErrShutdown) })
 	defer stopHard()
@@ -386,13 +396,17 @@ func (r *Runtime) watchHealth(ctx context.Context) {
 
 // Stop stops claiming and waits for running handlers until ctx expires, then
 // cancels them (their jobs go back to pending at once) and waits for Run to
-// return. It returns ctx.Err() if handlers had to be cancelled.
+// return. It returns ctx.Err() if handlers had to be cancelled. Called
+// before Run, it makes Run return nil at once, without connecting: a
+// shutdown that comes before the start is not lost.
 func (r *Runtime) Stop(ctx context.Context) error {
 	r.ctlMu.Lock()
+	r.stopRequested = true
 	stopClaiming, cancelWork := r.stopClaiming, r.cancelWork
 	r.ctlMu.Unlock()
 	if stopClaiming == nil {
-		return nil // never ran
+		// Run has not set itself up: it sees the request when it does.
+		return nil
 	}
 	stopClaiming()
 	var err error

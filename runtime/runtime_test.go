@@ -328,6 +328,58 @@ func TestGracefulStopFinishesRunningJobs(t *testing.T) {
 	require.Equal(t, "completed", s, "a handler within the deadline finishes and its result is written")
 }
 
+func TestStopBeforeRunIsNotLost(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ran := make(chan int64, 10)
+	cfg := baseConfig(t, db, runtime.Kind{Name: "early", Handler: func(ctx context.Context, j *runtime.Job) error {
+		ran <- j.ID
+		return nil
+	}})
+	id, err := runtime.Insert(context.Background(), db.Pool, "early", nil, nil)
+	require.NoError(t, err)
+
+	// A shutdown signal handled before Run began: Run returns at once and
+	// claims nothing.
+	rt, err := runtime.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, rt.Stop(context.Background()))
+	errc := make(chan error, 1)
+	go func() { errc <- rt.Run(context.Background()) }()
+	select {
+	case err := <-errc:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run kept running after a Stop that came first")
+	}
+	select {
+	case <-rt.Done():
+	default:
+		t.Fatal("Done is not closed after Run returned")
+	}
+	s, _, _ := jobState(t, db, id)
+	require.Equal(t, "pending", s, "a runtime stopped before it ran claims nothing")
+	require.ErrorIs(t, rt.Run(context.Background()), runtime.ErrClosed)
+
+	// Stop racing Run's start, at every point of it: Run always returns.
+	for i := range 20 {
+		rt, err := runtime.New(cfg)
+		require.NoError(t, err)
+		errc := make(chan error, 1)
+		go func() { errc <- rt.Run(context.Background()) }()
+		time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		require.NoError(t, rt.Stop(ctx), "round %d", i)
+		cancel()
+		select {
+		case err := <-errc:
+			require.NoError(t, err, "round %d", i)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("round %d: Run kept running after Stop (%d ms after it began)", i, i*5)
+		}
+	}
+}
+
 func TestHardStopReturnsUnfinishedJobs(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)

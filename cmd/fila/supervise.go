@@ -93,18 +93,9 @@ func supervise(ctx context.Context, groups []group, shutdown time.Duration, late
 }
 
 // stopGroup stops one runtime gracefully and returns once its Run has
-// returned. runtime.Stop does nothing to a runtime whose Run has not begun,
-// and another group may fail before this one's goroutine reached Run: so
-// Stop is asked again until Run has returned.
+// returned. Another group may fail before this one's goroutine reached Run:
+// a Stop that comes first makes that Run return at once.
 func stopGroup(ctx context.Context, rt *runtime.Runtime) {
-	retry := time.NewTicker(10 * time.Millisecond)
-	defer retry.Stop()
-	for {
-		_ = rt.Stop(ctx) // its error says handlers were cancelled: they were meant to be
-		select {
-		case <-rt.Done():
-			return
-		case <-retry.C:
-		}
-	}
+	_ = rt.Stop(ctx) // its error says handlers were cancelled: they were meant to be
+	<-rt.Done()
 }
