@@ -24,7 +24,10 @@ const (
 	SafetyPollMin        = time.Second
 	SafetyPollMax        = 10 * time.Minute
 	UnhealthyPollDefault = time.Second
+	UnhealthyPollMin     = 10 * time.Millisecond
 	PollMinDefault       = 50 * time.Millisecond
+	PollMinMin           = time.Millisecond
+	PollMinMax           = time.Minute
 	PollMaxDefault       = 2 * time.Second
 	// dueSlack is added to every due timer: a job whose run_at is exactly now
 	// is claimable only once the database clock has passed it.
@@ -81,11 +84,11 @@ func (c Config) Validate() error {
 	if c.SafetyPoll < SafetyPollMin || c.SafetyPoll > SafetyPollMax {
 		return fmt.Errorf("SafetyPoll %s out of range: allowed %s to %s", c.SafetyPoll, SafetyPollMin, SafetyPollMax)
 	}
-	if c.UnhealthyPoll < 10*time.Millisecond || c.UnhealthyPoll > c.SafetyPoll {
-		return fmt.Errorf("UnhealthyPoll %s out of range: allowed 10ms to SafetyPoll (%s)", c.UnhealthyPoll, c.SafetyPoll)
+	if c.UnhealthyPoll < UnhealthyPollMin || c.UnhealthyPoll > c.SafetyPoll {
+		return fmt.Errorf("UnhealthyPoll %s out of range: allowed %s to SafetyPoll (%s)", c.UnhealthyPoll, UnhealthyPollMin, c.SafetyPoll)
 	}
-	if c.PollMin < time.Millisecond || c.PollMin > time.Minute {
-		return fmt.Errorf("PollMin %s out of range: allowed 1ms to 1m", c.PollMin)
+	if c.PollMin < PollMinMin || c.PollMin > PollMinMax {
+		return fmt.Errorf("PollMin %s out of range: allowed %s to %s", c.PollMin, PollMinMin, PollMinMax)
 	}
 	if c.PollMax < c.PollMin || c.PollMax > SafetyPollMax {
 		return fmt.Errorf("PollMax %s out of range: allowed PollMin (%s) to %s", c.PollMax, c.PollMin, SafetyPollMax)

@@ -51,7 +51,10 @@ const (
 	SafetyPollMin        = fallbackpoll.SafetyPollMin
 	SafetyPollMax        = fallbackpoll.SafetyPollMax
 	UnhealthyPollDefault = fallbackpoll.UnhealthyPollDefault
+	UnhealthyPollMin     = fallbackpoll.UnhealthyPollMin
 	PollMinDefault       = fallbackpoll.PollMinDefault
+	PollMinMin           = fallbackpoll.PollMinMin
+	PollMinMax           = fallbackpoll.PollMinMax
 	PollMaxDefault       = fallbackpoll.PollMaxDefault
 )
 
@@ -152,11 +155,11 @@ type Config struct {
 	// SafetyPollMax.
 	SafetyPoll time.Duration
 	// UnhealthyPoll is the poll interval while the wake source is down or
-	// not yet up. Defaults to UnhealthyPollDefault; allowed 10ms to
+	// not yet up. Defaults to UnhealthyPollDefault; allowed UnhealthyPollMin to
 	// SafetyPoll.
 	UnhealthyPoll time.Duration
 	// PollMin is ModePoll's interval while work flows. Defaults to
-	// PollMinDefault; allowed 1ms to 1m.
+	// PollMinDefault; allowed PollMinMin (1ms) to PollMinMax (1m).
 	PollMin time.Duration
 	// PollMax caps ModePoll's idle backoff. Defaults to PollMaxDefault;
 	// allowed PollMin to SafetyPollMax.

@@ -46,11 +46,6 @@ var (
 const (
 	// shutdownTimeoutDefault is --shutdown-timeout's default.
 	shutdownTimeoutDefault = 30 * time.Second
-	// pollMinMin, pollMinMax and unhealthyPollMin are runtime.Config's
-	// limits of PollMin and UnhealthyPoll.
-	pollMinMin       = time.Millisecond
-	pollMinMax       = time.Minute
-	unhealthyPollMin = 10 * time.Millisecond
 	// limitMaxMax is the largest Limit.Max the claim takes (an int4).
 	limitMaxMax = math.MaxInt32
 )
@@ -242,7 +237,7 @@ func loadGroup(v confNode, getenv func(string) (string, bool)) (*groupSpec, erro
 	}{
 		{"lease", &c.Lease, runtime.LeaseMin, runtime.LeaseMax},
 		{"safety_poll", &c.SafetyPoll, runtime.SafetyPollMin, runtime.SafetyPollMax},
-		{"poll_min", &c.PollMin, pollMinMin, pollMinMax},
+		{"poll_min", &c.PollMin, runtime.PollMinMin, runtime.PollMinMax},
 	}
 	for _, d := range durations {
 		if at, ok := f.get(d.key); ok {
@@ -253,7 +248,7 @@ func loadGroup(v confNode, getenv func(string) (string, bool)) (*groupSpec, erro
 	}
 	// These two are bounded by the ones above, or by their defaults.
 	if at, ok := f.get("unhealthy_poll"); ok {
-		if c.UnhealthyPoll, err = at.duration(unhealthyPollMin, or0(c.SafetyPoll, runtime.SafetyPollDefault)); err != nil {
+		if c.UnhealthyPoll, err = at.duration(runtime.UnhealthyPollMin, or0(c.SafetyPoll, runtime.SafetyPollDefault)); err != nil {
 			return nil, err
 		}
 	}
