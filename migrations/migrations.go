@@ -91,27 +91,24 @@ func Latest() int {
 // holding an advisory lock for that transaction. It returns the versions it
 // applied (none when the database was already current).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	return MigrateTo(ctx, pool, Latest())
+}
+
+// MigrateTo applies the migrations the database lacks up to version
+// target, as Migrate does. A database already at or past target is left
+// as it is: Rollback goes down.
+func MigrateTo(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, error) {
 	all, err := All()
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTarget(target); err != nil {
+		return nil, err
+	}
 	var applied []int
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", int64(lockKey)); err != nil {
-			return fmt.Errorf("take migration lock: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fila_migrations (
-			version    int PRIMARY KEY,
-			name       text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return fmt.Errorf("create fila_migrations: %w", err)
-		}
-		current, err := version(ctx, tx)
-		if err != nil {
-			return err
-		}
+	err = locked(ctx, pool, func(tx pgx.Tx, current int) error {
 		for _, m := range all {
-			if m.Version <= current {
+			if m.Version <= current || m.Version > target {
 				continue
 			}
 			if _, err := tx.Exec(ctx, m.Up); err != nil {
@@ -128,6 +125,78 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		return nil, err
 	}
 	return applied, nil
+}
+
+// Rollback undoes the migrations above version target with their down
+// scripts, newest first, in one transaction under the same advisory lock,
+// and returns the versions it undid (none when the database is at or below
+// target). Workers of a build that needs a newer version must be stopped
+// first: the functions they call go. Rolling back to 0 drops fila_jobs and
+// every job in it; down to any other version, jobs stay.
+func Rollback(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, error) {
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTarget(target); err != nil {
+		return nil, err
+	}
+	var undone []int
+	err = locked(ctx, pool, func(tx pgx.Tx, current int) error {
+		if current > Latest() {
+			return fmt.Errorf("database is at migration version %d, newer than this build's %d: roll back with the fila that migrated it", current, Latest())
+		}
+		for i := len(all) - 1; i >= 0; i-- {
+			m := all[i]
+			if m.Version > current || m.Version <= target {
+				continue
+			}
+			if strings.TrimSpace(m.Down) == "" {
+				return fmt.Errorf("migration %04d_%s has no down script", m.Version, m.Name)
+			}
+			if _, err := tx.Exec(ctx, m.Down); err != nil {
+				return fmt.Errorf("roll back migration %04d_%s: %w", m.Version, m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM fila_migrations WHERE version = $1::int", m.Version); err != nil {
+				return fmt.Errorf("unrecord migration %d: %w", m.Version, err)
+			}
+			undone = append(undone, m.Version)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return undone, nil
+}
+
+// checkTarget names a version this build does not have.
+func checkTarget(target int) error {
+	if target < 0 || target > Latest() {
+		return fmt.Errorf("migration version %d does not exist: this build has 0 (no tables) to %d", target, Latest())
+	}
+	return nil
+}
+
+// locked runs fn in a transaction that holds the migration lock, with the
+// database's version, creating fila_migrations when it is missing.
+func locked(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, current int) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", int64(lockKey)); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fila_migrations (
+			version    int PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("create fila_migrations: %w", err)
+		}
+		current, err := version(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return fn(tx, current)
+	})
 }
 
 // Querier is what Version and Check need: a pool, a connection or a transaction.
@@ -167,7 +236,7 @@ func Check(ctx context.Context, q Querier) error {
 	case v < want:
 		return fmt.Errorf("%w: it is at version %d, this build needs %d; run `fila migrate` (or migrations.Migrate)", ErrNotMigrated, v, want)
 	case v > want:
-		return fmt.Errorf("database is at migration version %d, newer than this build's %d; upgrade fila", v, want)
+		return fmt.Errorf("database is at migration version %d, newer than this build's %d; upgrade fila, or go back to %d with the newer one (fila migrate --to %d)", v, want, want, want)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,53 @@ func TestMigrateSaysWhatItDid(t *testing.T) {
 	out, errOut, code = fila(t, db, "migrate")
 	require.Zero(t, code, errOut)
 	require.Equal(t, fmt.Sprintf("already at version %d; nothing to do\n", migrations.Latest()), out)
+}
+
+// TestMigrateToAVersion: --to goes up to a version, or rolls back to it;
+// jobs outlive every rollback but the one to 0, which must be confirmed.
+func TestMigrateToAVersion(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	latest := migrations.Latest()
+	out, errOut, code := fila(t, db, "migrate", "--to", "2")
+	require.Zero(t, code, errOut)
+	require.Equal(t, "applied migrations 1, 2; now at version 2\n", out)
+	out, errOut, code = fila(t, db, "migrate")
+	require.Zero(t, code, errOut)
+	require.Regexp(t, fmt.Sprintf(`^applied migrations 3(, \d+)*; now at version %d\n$`, latest), out)
+
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `INSERT INTO fila_jobs (kind) VALUES ('kept') RETURNING id`).Scan(&id))
+	out, errOut, code = fila(t, db, "migrate", "--to", strconv.Itoa(latest-2))
+	require.Zero(t, code, errOut)
+	require.Equal(t, fmt.Sprintf("rolled back migrations %d, %d; now at version %d\n", latest, latest-1, latest-2), out)
+	v, err := migrations.Version(context.Background(), db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, latest-2, v)
+	var kind string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT kind FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&kind))
+	require.Equal(t, "kept", kind)
+
+	for _, bad := range []struct{ args []string }{
+		{[]string{"migrate", "--to", "-1"}},
+		{[]string{"migrate", "--to", strconv.Itoa(latest + 1)}},
+	} {
+		_, errOut, code = fila(t, db, bad.args...)
+		require.Equal(t, 1, code, errOut)
+		require.Contains(t, errOut, fmt.Sprintf("out of range: this fila has versions 0 (no tables) to %d", latest))
+	}
+	_, errOut, code = fila(t, db, "migrate", "--to", "0")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "--to 0 drops fila_jobs and every job in it: add --yes to do it")
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT kind FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&kind),
+		"a refused rollback loses nothing")
+
+	out, errOut, code = fila(t, db, "migrate", "--to", "0", "--yes")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "now at version 0\n")
+	v, err = migrations.Version(context.Background(), db.Pool)
+	require.NoError(t, err)
+	require.Zero(t, v)
 }
 
 // TestFlagValuesMeanWhatTheySay: on the command line zero is never a

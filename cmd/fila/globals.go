@@ -169,7 +169,7 @@ func (g *globals) migratedPool(ctx context.Context) (*pgxpool.Pool, error) {
 	case v < want:
 		err = fmt.Errorf("the database is at migration version %d, this fila needs %d: run `fila migrate` first", v, want)
 	case v > want:
-		err = fmt.Errorf("the database is at migration version %d, newer than this fila's %d: upgrade fila", v, want)
+		err = fmt.Errorf("the database is at migration version %d, newer than this fila's %d: upgrade fila, or go back to %d with the newer one (fila migrate --to %d)", v, want, want, want)
 	}
 	if err != nil {
 		pool.Close()
