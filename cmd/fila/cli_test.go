@@ -162,10 +162,21 @@ func TestMigrateToAVersion(t *testing.T) {
 
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `INSERT INTO fila_jobs (kind) VALUES ('kept') RETURNING id`).Scan(&id))
-	out, errOut, code = fila(t, db, "migrate", "--to", strconv.Itoa(latest-2))
+	// A worker that runs would lose the functions it calls: refused
+	// unless confirmed.
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO fila_workers (id, host, pid, queues, kinds, mode, wake_source)
+		VALUES ('host/1/w', 'host', 1, '{default}', '{kept}', 'notify', 'up')`)
+	require.NoError(t, err)
+	_, errOut, code = fila(t, db, "migrate", "--to", strconv.Itoa(latest-2))
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "worker host/1/w was seen in the last 10 minutes: stop it before rolling back, or add --yes if it is gone")
+	v, err := migrations.Version(context.Background(), db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, latest, v, "a refused rollback changes nothing")
+	out, errOut, code = fila(t, db, "migrate", "--to", strconv.Itoa(latest-2), "--yes")
 	require.Zero(t, code, errOut)
 	require.Equal(t, fmt.Sprintf("rolled back migrations %d, %d; now at version %d\n", latest, latest-1, latest-2), out)
-	v, err := migrations.Version(context.Background(), db.Pool)
+	v, err = migrations.Version(context.Background(), db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, latest-2, v)
 	var kind string

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/fila-run/fila/migrations"
@@ -20,7 +23,7 @@ func init() {
 func runMigrate(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	to := fs.Int("to", migrations.Latest(), fmt.Sprintf("the version to go to, 0 to %d, rolling back when the database is past it", migrations.Latest()))
-	yes := fs.Bool("yes", false, "confirm --to 0, which drops fila_jobs and every job in it")
+	yes := fs.Bool("yes", false, "confirm a rollback to 0, which drops fila_jobs and every job in it, or one that workers seen in the last 10 minutes would not survive")
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
@@ -41,6 +44,11 @@ func runMigrate(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	if current > target {
+		if !*yes {
+			if err := noLiveWorkers(ctx, pool); err != nil {
+				return err
+			}
+		}
 		undone, err := migrations.Rollback(ctx, pool, target)
 		if err != nil {
 			return err
@@ -75,4 +83,34 @@ func listVersions(vs []int) string {
 		noun = "migrations"
 	}
 	return noun + " " + strings.Join(versions, ", ")
+}
+
+// liveWorkersSQL lists the workers that refreshed their row lately: each
+// does at least every five minutes, and removes it when it stops.
+const liveWorkersSQL = `SELECT id FROM fila_workers WHERE last_seen_at > now() - interval '10 minutes' ORDER BY id`
+
+// noLiveWorkers refuses a rollback while workers run: the functions they
+// call would go from under them.
+func noLiveWorkers(ctx context.Context, pool *pgxpool.Pool) error {
+	rows, err := pool.Query(ctx, liveWorkersSQL)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: a version without fila_workers
+			return nil
+		}
+		return fmt.Errorf("list live workers: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list live workers: %w", err)
+	}
+	switch len(ids) {
+	case 0:
+	case 1:
+		return fmt.Errorf("worker %s was seen in the last 10 minutes: stop it before rolling back, or add --yes if it is gone", ids[0])
+	default:
+		return fmt.Errorf("%d workers were seen in the last 10 minutes (%s): stop them before rolling back, or add --yes if they are gone",
+			len(ids), strings.Join(ids, ", "))
+	}
+	return nil
 }
