@@ -150,6 +150,10 @@ func TestBrowserPagesOfABusyQueue(t *testing.T) {
 // for each of the last 60 minutes when the page is drawn a minute later.
 func seedHourOfMinutes(t *testing.T, db *testdb.DB) {
 	t.Helper()
+	// One "now" for every row: read per statement, a minute that turned
+	// during the loop gave two rows the same minute.
+	var now time.Time
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT date_trunc('minute', now())`).Scan(&now))
 	for i := 1; i <= 61; i++ {
 		for _, q := range []struct {
 			name  string
@@ -169,8 +173,8 @@ func seedHourOfMinutes(t *testing.T, db *testdb.DB) {
 				b[9] += n * 8 / 100
 			}
 			_, err := db.Pool.Exec(context.Background(), `INSERT INTO fila_minutes (minute, queue, worker, completed, failed, pickup_buckets, pickup_sum_ms)
-				VALUES (date_trunc('minute', now()) - make_interval(mins => $1::int), $2::text, 'earlier-worker', $3::bigint, $4::bigint, $5::bigint[], $6::float8)`,
-				i, q.name, completed, failed, b, float64(n)*2.1)
+				VALUES ($7::timestamptz - make_interval(mins => $1::int), $2::text, 'earlier-worker', $3::bigint, $4::bigint, $5::bigint[], $6::float8)`,
+				i, q.name, completed, failed, b, float64(n)*2.1, now)
 			require.NoError(t, err)
 		}
 	}
