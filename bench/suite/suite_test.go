@@ -152,8 +152,13 @@ func TestIdle(t *testing.T) {
 			// The README's claim: an idle worker costs a query per poll
 			// interval and one per listener keep-alive. The slack is the
 			// start-up noise the baseline worker does not cancel exactly (a
-			// claim that raced the stop).
-			if x.Transactions > int64(report.IdleBound(x)+idleSlack) {
+			// claim that raced the stop), and half the queue reads taken
+			// out: a listener slowed by a busy machine reads several
+			// signalled commits at once, so two listeners over the same
+			// traffic count different reads (notify rows of 4 to 13 over
+			// 12 to 22 reads while another package's tests ran; 0 to 3 on
+			// a quiet machine).
+			if x.Transactions > int64(report.IdleBound(x)+idleSlack)+x.QueueReads/2 {
 				over += fmt.Sprintf("%s: %d transactions in %.1f s, bound %d; ", x.Mode, x.Transactions, x.Seconds, report.IdleBound(x))
 			}
 		}
