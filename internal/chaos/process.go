@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -71,6 +72,24 @@ func (w *workerProc) kill() {
 func (w *workerProc) log() string {
 	b, _ := os.ReadFile(w.logf)
 	return string(b)
+}
+
+// loggedAt returns when the process first logged msg (its JSON log's ts),
+// or false if it did not.
+func (w *workerProc) loggedAt(msg string) (time.Time, bool) {
+	for _, line := range strings.Split(w.log(), "\n") {
+		var entry struct {
+			Msg string `json:"msg"`
+			TS  string `json:"ts"`
+		}
+		if json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != msg {
+			continue
+		}
+		if ts, err := time.Parse(time.RFC3339Nano, entry.TS); err == nil {
+			return ts, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // logTail is the end of the output, for a failure note.

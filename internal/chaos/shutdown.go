@@ -52,6 +52,10 @@ func ShutdownUnderLoad(ctx context.Context, env *Env, size Size) (*Result, error
 	return res, nil
 }
 
+// stoppingMsg is what `fila work` logs when it takes the first signal and
+// stops claiming.
+const stoppingMsg = "stopping: finishing running jobs"
+
 func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile string, round int, secondSignal bool) (*Result, error) {
 	res := &Result{}
 	const (
@@ -126,7 +130,16 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 	if err != nil {
 		return nil, err
 	}
-	var completed, returned, untouched int
+	// The snapshot and the signal are not one instant: a slot that a short
+	// job freed in between may be refilled before the worker takes the
+	// signal. A job claimed before the worker logged that it was stopping
+	// was claimed before SIGTERM as far as it could know.
+	tookSignal, logged := w.loggedAt(stoppingMsg)
+	if !logged {
+		tookSignal = termAt
+		res.check(false, "the worker never logged %q", stoppingMsg)
+	}
+	var completed, returned, untouched, refilled int
 	var returnedShort []int64
 	for id, s := range after {
 		b := before[id]
@@ -152,6 +165,14 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 			untouched++
 			res.check(s.attempts == b.attempts, "job %d was claimed after SIGTERM", id)
 		case b.state == "completed" && s.state == "completed":
+		case b.state == "pending" && s.state == "completed":
+			var started time.Time
+			if err := db.pool.QueryRow(ctx, `SELECT started_at FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&started); err != nil {
+				return nil, err
+			}
+			refilled++
+			res.check(started.Before(tookSignal), "job %d was claimed %s after the worker took SIGTERM",
+				id, started.Sub(tookSignal).Round(time.Millisecond))
 		default:
 			res.check(false, "job %d went from %s to %s", id, b.state, s.state)
 		}
@@ -194,6 +215,10 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 	how := "second SIGTERM"
 	if !secondSignal {
 		how = fmt.Sprintf("shutdown timeout (%s)", timeout)
+	}
+	if refilled > 0 {
+		res.note("%d short jobs were claimed between the snapshot and the worker taking SIGTERM (it logged so %s after the signal was sent, to the millisecond), and completed",
+			refilled, max(0, tookSignal.Sub(termAt)).Round(time.Millisecond))
 	}
 	res.note("%s: after SIGTERM %d running short jobs finished and were completed, %d pending ones were not claimed; "+
 		"the %s cancelled %d long jobs, back to pending at once; the worker exited %s after it, %s after SIGTERM",
