@@ -146,15 +146,17 @@ func TestBrowserPagesOfABusyQueue(t *testing.T) {
 // seedHourOfMinutes writes an hour of fila_minutes rows for a worker that
 // is not running, as if it had worked the mail and default queues all
 // hour: a live test worker has only the last minute or two to show. It
-// writes one minute more than the hour, so that the chart still has a bar
-// for each of the last 60 minutes when the page is drawn a minute later.
+// writes the current minute and the 61 before it: the chart shows the 60
+// minutes before the one the page is drawn in and that one, so it still
+// has a bar for each of the last 60 minutes when the minute turns before
+// the page is drawn (without the current minute, at 18:00:00, 59 bars).
 func seedHourOfMinutes(t *testing.T, db *testdb.DB) {
 	t.Helper()
 	// One "now" for every row: read per statement, a minute that turned
 	// during the loop gave two rows the same minute.
 	var now time.Time
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT date_trunc('minute', now())`).Scan(&now))
-	for i := 1; i <= 61; i++ {
+	for i := 0; i <= 61; i++ {
 		for _, q := range []struct {
 			name  string
 			scale float64
