@@ -139,6 +139,8 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 		tookSignal = termAt
 		res.check(false, "the worker never logged %q", stoppingMsg)
 	}
+	// The log's time is to the millisecond, the claim's to the microsecond.
+	tookSignal = tookSignal.Add(time.Millisecond)
 	var completed, returned, untouched, refilled int
 	var returnedShort []int64
 	for id, s := range after {
