@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/testdb"
@@ -51,14 +52,8 @@ func schema(t *testing.T, db *testdb.DB) []string {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), schemaSQL)
 	require.NoError(t, err)
-	defer rows.Close()
-	var objects []string
-	for rows.Next() {
-		var o string
-		require.NoError(t, rows.Scan(&o))
-		objects = append(objects, o)
-	}
-	require.NoError(t, rows.Err())
+	objects, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	return objects
 }
 
