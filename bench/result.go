@@ -7,6 +7,9 @@ const (
 	SystemFila  = "fila"
 	SystemFloor = "floor"
 	SystemRiver = "river"
+	// SystemGraphileWorker and SystemPgBoss are the Node.js peers.
+	SystemGraphileWorker = "graphile-worker"
+	SystemPgBoss         = "pg-boss"
 
 	ModeNotify = "notify"
 	ModeWAL    = "wal"
@@ -17,9 +20,12 @@ const (
 	// claim, prepared, on a direct connection: the claim returns the job.
 	FloorListenClaim = "listen+claim"
 
-	ThroughputDrain    = "drain"
-	ThroughputSteady   = "steady"
-	ThroughputSQLFloor = "sql-floor"
+	ThroughputDrain = "drain"
+	// ThroughputDrainTyped is the drain with a typed handler (runtime.Work),
+	// run right after the untyped one on the same backlog size.
+	ThroughputDrainTyped = "drain-typed"
+	ThroughputSteady     = "steady"
+	ThroughputSQLFloor   = "sql-floor"
 
 	// TunedPrefix starts the mode of every peer configuration tuned for
 	// its best figure ("tuned-10ms", "tuned-500w-1ms").
@@ -30,7 +36,7 @@ const (
 // steady insert rate. Latency is measured on one clock, from just before the
 // producer's COMMIT to the first line of the handler.
 type LatencyResult struct {
-	System     string `json:"system"`       // "fila", "floor", "river", "gue"
+	System     string `json:"system"`       // "fila", "floor", "river", "gue", "graphile-worker", "pg-boss"
 	Mode       string `json:"mode"`         // "notify", "poll-50ms", "listen-only", "default", "tuned-10ms", ...
 	RatePerSec int    `json:"rate_per_sec"` // target insert rate
 	Count      int    `json:"count"`        // jobs inserted
@@ -57,6 +63,11 @@ type ThroughputResult struct {
 	Seconds    float64 `json:"seconds"` // wall time
 	JobsPerSec float64 `json:"jobs_per_sec"`
 	Config     string  `json:"config,omitempty"` // the settings that gave this figure
+	// GoCPUMs is the CPU time (user and system) the Go process spent while
+	// the scenario ran, and GoGCCPUMs the part of it the garbage collector
+	// used, for Fila's own rows; zero when not measured.
+	GoCPUMs   float64 `json:"go_cpu_ms,omitempty"`
+	GoGCCPUMs float64 `json:"go_gc_cpu_ms,omitempty"`
 }
 
 // IdleResult is what one worker costs the database while there is no work:
@@ -64,6 +75,8 @@ type ThroughputResult struct {
 type IdleResult struct {
 	System string `json:"system"` // "fila"
 	Mode   string `json:"mode"`   // "notify", "poll-50ms", ...
+	// Queues is how many queues the worker serves (0 or 1: one).
+	Queues int `json:"queues,omitempty"`
 	// Seconds is the measured window.
 	Seconds float64 `json:"seconds"`
 	// Transactions committed or rolled back in the worker's database during
@@ -82,10 +95,12 @@ type IdleResult struct {
 	// another machine).
 	CPUMs float64 `json:"cpu_ms"`
 	// SafetyPollSec and PingSec are the worker's safety-poll and listener
-	// keep-alive intervals (0 when the mode has none), so the expected
-	// queries of an idle window can be worked out.
+	// keep-alive intervals (0 when the mode has none), and LivenessSec the
+	// interval at which it refreshes its row in fila_workers, so the
+	// expected queries of an idle window can be worked out.
 	SafetyPollSec float64 `json:"safety_poll_sec,omitempty"`
 	PingSec       float64 `json:"ping_sec,omitempty"`
+	LivenessSec   float64 `json:"liveness_sec,omitempty"`
 }
 
 // ProducerResult is the commit rate and latency of P concurrent producers,
@@ -170,4 +185,33 @@ type BulkResult struct {
 	InsertManyPerSec float64 `json:"insert_many_per_sec"`
 	CopySec          float64 `json:"copy_sec"`
 	CopyPerSec       float64 `json:"copy_per_sec"`
+}
+
+// BreakdownResult cuts one system's pickups at a low rate into steps (see
+// the breakdown scenario): the median and mean of each step over the jobs
+// that could be traced. Medians of steps do not add up to the median of
+// the whole; means do, to the traced mean.
+type BreakdownResult struct {
+	System     string `json:"system"` // "fila", "floor"
+	Mode       string `json:"mode"`
+	RatePerSec int    `json:"rate_per_sec"`
+	Jobs       int    `json:"jobs"`   // jobs committed
+	Traced     int    `json:"traced"` // jobs whose every step was seen
+	// LatencyP50Ms is the run's pickup p50 over every job; TracedP50Ms and
+	// TracedMeanMs over the traced ones.
+	LatencyP50Ms float64         `json:"latency_p50_ms"`
+	TracedP50Ms  float64         `json:"traced_p50_ms"`
+	TracedMeanMs float64         `json:"traced_mean_ms"`
+	Steps        []BreakdownStep `json:"steps"`
+	// BareRoundTripMs is the median SELECT 1 round trip on the claims'
+	// pool after the run: the part of a claim's round trip that is not the
+	// server's work. Zero when not measured.
+	BareRoundTripMs float64 `json:"bare_round_trip_ms,omitempty"`
+}
+
+// BreakdownStep is one step of a pickup.
+type BreakdownStep struct {
+	Name   string  `json:"name"`
+	P50Ms  float64 `json:"p50_ms"`
+	MeanMs float64 `json:"mean_ms"`
 }

@@ -9,11 +9,13 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
 )
 
 // DB is what the store needs: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -57,6 +59,10 @@ type Job struct {
 	// Wait is how long the job waited to be claimed, from the later of its
 	// created_at and run_at, on the database clock.
 	Wait time.Duration
+	// Metadata is the job's metadata as JSON, nil when it has none; Tags its
+	// tags.
+	Metadata json.RawMessage
+	Tags     []string
 }
 
 // ClaimResult is what one claim round trip returns.
@@ -72,13 +78,21 @@ type ClaimResult struct {
 
 // Store runs Fila's SQL against a database.
 type Store struct {
-	db      DB
-	mode    pgx.QueryExecMode
-	hasMode bool
+	db       Conn
+	mode     pgx.QueryExecMode
+	hasMode  bool
+	explicit atomic.Bool // see SetExplicitIsolation
+	log      *zap.Logger
+	worker   *string // recorded in fila_jobs.worker by each claim; nil records none
 }
 
 // New returns a Store on db.
-func New(db DB) *Store { return &Store{db: db} }
+func New(db Conn) *Store { return &Store{db: db} }
+
+// SetWorker makes every claim of s record worker, the id of the worker's
+// row in fila_workers, as the owner of the attempts it claims. Call it
+// before the Store is used.
+func (s *Store) SetWorker(worker string) { s.worker = &worker }
 
 // SetStatementMode makes every statement of s run in mode, whatever the
 // default of db's connections. Call it before the Store is used.
@@ -102,53 +116,46 @@ type KindLimit struct {
 	Max  int
 }
 
+// KindRate caps the starts of one kind per period of time, across every
+// worker: at most Max jobs with the same key (the payload's value at the
+// dotted path Key, "" when absent) start in any window of Period.
+type KindRate struct {
+	Kind   string
+	Key    string
+	Max    int
+	Period time.Duration
+}
+
 // Claim marks up to limit runnable jobs of queue whose kind is one of kinds
 // as running for lease, in one round trip, and returns them. Kinds with a
 // limit in limits are claimed only while their key has a free slot; a
 // paused queue gives nothing.
 func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limits []KindLimit, limit int, lease time.Duration) (ClaimResult, error) {
+	return s.ClaimRated(ctx, queue, kinds, limits, nil, limit, lease)
+}
+
+// ClaimRated claims as Claim does, and takes jobs of the kinds in rates
+// only while their key has a start left in its period. When the claim
+// comes back short because keys are out of starts, NextDue is at the
+// latest when the first of them has a start again.
+func (s *Store) ClaimRated(ctx context.Context, queue string, kinds []string, limits []KindLimit, rates []KindRate,
+	limit int, lease time.Duration) (ClaimResult, error) {
 	var res ClaimResult
 	lk, lp, lm := make([]string, len(limits)), make([]string, len(limits)), make([]int32, len(limits))
 	for i, l := range limits {
-		lk[i], lp[i], lm[i] = l.Kind, l.Key, int32(l.Max)
+		lk[i], lp[i], lm[i] = l.Kind, l.Key, int32(max(min(l.Max, math.MaxInt32), 0))
 	}
-	rows, err := s.db.Query(ctx, sqlClaim, s.args(queue, kinds, limit, ms(lease), lk, lp, lm)...)
+	r := claimRates{kinds: make([]string, len(rates)), paths: make([]string, len(rates)),
+		max: make([]int32, len(rates)), periodMs: make([]float64, len(rates))}
+	for i, l := range rates {
+		r.kinds[i], r.paths[i], r.max[i], r.periodMs[i] = l.Kind, l.Key, int32(max(min(l.Max, math.MaxInt32), 0)), ms(l.Period)
+	}
+	err := s.inSession(ctx, func() error {
+		res = ClaimResult{}
+		return s.claim(ctx, &res, queue, kinds, limit, lease, lk, lp, lm, r)
+	})
 	if err != nil {
-		return res, fmt.Errorf("claim: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id                   *int64
-			kind, payload        *string
-			priority             *int16
-			attempts, maxAttempt *int
-			createdAt, started   *time.Time
-			waitMs, nextDue      *float64
-			rescued              *int
-		)
-		if err := rows.Scan(&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
-			&waitMs, &rescued, &nextDue); err != nil {
-			return res, fmt.Errorf("claim: scan: %w", err)
-		}
-		if id == nil { // the summary row
-			if rescued != nil {
-				res.Rescued = *rescued
-			}
-			if nextDue != nil && !math.IsNaN(*nextDue) {
-				res.HasNextDue = true
-				res.NextDue = fromMs(*nextDue)
-			}
-			continue
-		}
-		res.Jobs = append(res.Jobs, &Job{
-			Attempt: Attempt{ID: *id, Attempt: *attempts, StartedAt: *started},
-			Queue:   queue, Kind: *kind, Payload: json.RawMessage(*payload), Priority: *priority,
-			MaxAttempts: *maxAttempt, CreatedAt: *createdAt, Wait: fromMs(*waitMs),
-		})
-	}
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("claim: %w", err)
+		return res, err
 	}
 	// Dispatched by priority, then in the order they were enqueued; the
 	// claim returns its rows unsorted (a sort in the statement cost every
@@ -162,6 +169,63 @@ func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limits 
 	return res, nil
 }
 
+// claimRates are a claim's rate limits as the claim takes them: a list per
+// field.
+type claimRates struct {
+	kinds, paths []string
+	max          []int32
+	periodMs     []float64
+}
+
+func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds []string, limit int, lease time.Duration,
+	lk, lp []string, lm []int32, r claimRates) error {
+	rows, err := s.query(ctx, sqlClaim, queue, kinds, limit, ms(lease), lk, lp, lm, r.kinds, r.paths, r.max, r.periodMs, s.worker)
+	if err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id                   *int64
+			kind, payload        *string
+			priority             *int16
+			attempts, maxAttempt *int
+			createdAt, started   *time.Time
+			waitMs, nextDue      *float64
+			rescued              *int
+			metadata             *string
+			tags                 []string
+		)
+		if err := rows.Scan(&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
+			&waitMs, &rescued, &nextDue, &metadata, &tags); err != nil {
+			return fmt.Errorf("claim: scan: %w", err)
+		}
+		if id == nil { // the summary row
+			if rescued != nil {
+				res.Rescued = *rescued
+			}
+			if nextDue != nil && !math.IsNaN(*nextDue) {
+				res.HasNextDue = true
+				res.NextDue = fromMs(*nextDue)
+			}
+			continue
+		}
+		j := &Job{
+			Attempt: Attempt{ID: *id, Attempt: *attempts, StartedAt: *started},
+			Queue:   queue, Kind: *kind, Payload: json.RawMessage(*payload), Priority: *priority,
+			MaxAttempts: *maxAttempt, CreatedAt: *createdAt, Wait: fromMs(*waitMs), Tags: tags,
+		}
+		if metadata != nil {
+			j.Metadata = json.RawMessage(*metadata)
+		}
+		res.Jobs = append(res.Jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	return nil
+}
+
 // ClaimID claims the job id for lease if it is still pending and runnable,
 // in queue, of one of kinds, and queue is not paused; otherwise it returns
 // nil. A notification names the job that woke a worker: claiming it by its
@@ -169,12 +233,15 @@ func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limits 
 // a limit must not be passed: their slots are checked by Claim only.
 func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []string, lease time.Duration) (*Job, error) {
 	var (
-		j       = Job{Queue: queue}
-		payload string
-		waitMs  float64
+		j        = Job{Queue: queue}
+		payload  string
+		waitMs   float64
+		metadata *string
 	)
-	err := s.db.QueryRow(ctx, sqlClaimID, s.args(id, queue, kinds, ms(lease))...).Scan(&j.ID, &j.Kind, &payload, &j.Priority,
-		&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs)
+	err := s.inSession(ctx, func() error {
+		return s.queryRow(ctx, sqlClaimID, []any{id, queue, kinds, ms(lease), s.worker}, &j.ID, &j.Kind, &payload, &j.Priority,
+			&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs, &metadata, &j.Tags)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -182,6 +249,9 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 		return nil, fmt.Errorf("claim job %d: %w", id, err)
 	}
 	j.Payload, j.Wait = json.RawMessage(payload), fromMs(waitMs)
+	if metadata != nil {
+		j.Metadata = json.RawMessage(*metadata)
+	}
 	return &j, nil
 }
 
@@ -190,21 +260,32 @@ type Outcome struct {
 	Attempt
 	OK        bool          // the handler succeeded
 	Err       string        // why it failed (kept in last_error and errors)
-	Delay     time.Duration // retry backoff when not OK and not Permanent
+	Delay     time.Duration // retry backoff when not OK and not Permanent; the snooze when Snooze
 	Permanent bool          // failed in a way retrying cannot fix: dead at once
+	// Snooze puts the job back to pending, due in Delay, giving its attempt
+	// back: the handler asked to run later, nothing failed.
+	Snooze bool
+	// Output is the JSON the handler recorded, stored with a success; nil
+	// for none. At most OutputMax bytes.
+	Output []byte
 }
+
+// OutputMax bounds a job's output, in bytes of JSON text (the table's
+// fila_jobs_output_size).
+const OutputMax = 64 << 10
 
 // Finished is how Finish left one attempt.
 type Finished struct {
 	Key AttemptKey
-	// State is the job's new state (completed, pending for a retry, or dead),
+	// State is the job's new state (completed, pending for a retry, dead, or
+	// cancelled for a retry whose unique key another job holds),
 	// StateFenced when the attempt is no longer this worker's, or
 	// StateSkipped when the row was locked for a moment: write it again.
 	State string
 	DueIn time.Duration // for a retry: how long until it runs again
 }
 
-// States Finish reports besides the job's own.
+// States Finish reports besides the job's own (see state.go).
 const (
 	StateFenced  = "fenced"
 	StateSkipped = "skipped"
@@ -248,31 +329,40 @@ func (s *Store) Finish(ctx context.Context, outs []Outcome) ([]Finished, error) 
 	n := len(outs)
 	ids, attempts, started := make([]int64, n), make([]int32, n), make([]time.Time, n)
 	oks, errs, delays, perms := make([]bool, n), make([]string, n), make([]float64, n), make([]bool, n)
+	snoozes, outputs := make([]bool, n), make([]*string, n)
 	for i, o := range outs {
 		ids[i], attempts[i], started[i] = o.ID, int32(o.Attempt.Attempt), o.StartedAt
-		oks[i], perms[i], delays[i] = o.OK, o.Permanent, ms(o.Delay)
+		oks[i], perms[i], delays[i], snoozes[i] = o.OK, o.Permanent, ms(o.Delay), o.Snooze
 		if !o.OK {
 			errs[i] = StorableText(o.Err, ErrorTextMax)
 		}
-	}
-	rows, err := s.db.Query(ctx, sqlFinish, s.args(ids, attempts, started, oks, errs, delays, perms)...)
-	if err != nil {
-		return nil, fmt.Errorf("finish %d attempts: %w", n, err)
-	}
-	defer rows.Close()
-	out := make([]Finished, 0, n)
-	for rows.Next() {
-		var (
-			a     Attempt
-			state string
-			dueMs float64
-		)
-		if err := rows.Scan(&a.ID, &a.Attempt, &a.StartedAt, &state, &dueMs); err != nil {
-			return nil, fmt.Errorf("finish: scan: %w", err)
+		if o.OK && o.Output != nil {
+			out := string(o.Output)
+			outputs[i] = &out
 		}
-		out = append(out, Finished{Key: a.Key(), State: state, DueIn: fromMs(dueMs)})
 	}
-	if err := rows.Err(); err != nil {
+	var out []Finished
+	err := s.inSession(ctx, func() error {
+		rows, err := s.query(ctx, sqlFinish, ids, attempts, started, oks, errs, delays, perms, snoozes, outputs)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		out = make([]Finished, 0, n)
+		for rows.Next() {
+			var (
+				a     Attempt
+				state string
+				dueMs float64
+			)
+			if err := rows.Scan(&a.ID, &a.Attempt, &a.StartedAt, &state, &dueMs); err != nil {
+				return fmt.Errorf("scan: %w", err)
+			}
+			out = append(out, Finished{Key: a.Key(), State: state, DueIn: fromMs(dueMs)})
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("finish %d attempts: %w", n, err)
 	}
 	// fila_finish lists the rows it updated and those it found fenced. An
@@ -303,6 +393,16 @@ func (s *Store) Finish(ctx context.Context, outs []Outcome) ([]Finished, error) 
 		}
 	}
 	return out, nil
+}
+
+// IsUniqueViolation reports whether err is a unique index refusing a row
+// (SQLSTATE 23505). The hot statements look for the holder of a job's
+// unique key before they move the job; a job that took the key between
+// that look and the write makes the whole statement fail, and the same
+// statement sent again finds it (fila_unique_holder, migrations/schema.sql).
+func IsUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
 // IsDataError reports whether err is PostgreSQL refusing a value (SQLSTATE
@@ -338,22 +438,26 @@ func (s *Store) Heartbeat(ctx context.Context, owned []Attempt, lease time.Durat
 		return got, nil
 	}
 	ids, attempts, started := split(owned)
-	rows, err := s.db.Query(ctx, sqlHeartbeat, s.args(ids, attempts, started, ms(lease))...)
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat %d jobs: %w", len(owned), err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			a      Attempt
-			status string
-		)
-		if err := rows.Scan(&a.ID, &a.Attempt, &a.StartedAt, &status); err != nil {
-			return nil, fmt.Errorf("heartbeat: scan: %w", err)
+	err := s.inSession(ctx, func() error {
+		clear(got)
+		rows, err := s.query(ctx, sqlHeartbeat, ids, attempts, started, ms(lease))
+		if err != nil {
+			return err
 		}
-		got[a.Key()] = HeartbeatStatus(status)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				a      Attempt
+				status string
+			)
+			if err := rows.Scan(&a.ID, &a.Attempt, &a.StartedAt, &status); err != nil {
+				return fmt.Errorf("scan: %w", err)
+			}
+			got[a.Key()] = HeartbeatStatus(status)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("heartbeat %d jobs: %w", len(owned), err)
 	}
 	// An attempt fila_heartbeat does not list had its row locked by another
@@ -386,7 +490,7 @@ func (s *Store) existing(ctx context.Context, as []Attempt) (map[int64]bool, err
 	for i, a := range as {
 		ids[i] = a.ID
 	}
-	rows, err := s.db.Query(ctx, sqlExisting, s.args(ids)...)
+	rows, err := s.query(ctx, sqlExisting, ids)
 	if err != nil {
 		return nil, fmt.Errorf("look up %d jobs: %w", len(ids), err)
 	}
@@ -425,7 +529,9 @@ func (s *Store) Release(ctx context.Context, owned []Attempt, reason string) (in
 	owned = slices.SortedFunc(slices.Values(owned), func(a, b Attempt) int { return cmp.Compare(a.ID, b.ID) })
 	ids, attempts, started := split(owned)
 	var released int
-	if err := s.db.QueryRow(ctx, sqlRelease, s.args(ids, attempts, started, StorableText(reason, ErrorTextMax))...).Scan(&released); err != nil {
+	if err := s.inSession(ctx, func() error {
+		return s.queryRow(ctx, sqlRelease, []any{ids, attempts, started, StorableText(reason, ErrorTextMax)}, &released)
+	}); err != nil {
 		return 0, fmt.Errorf("release %d jobs: %w", len(owned), err)
 	}
 	return released, nil
@@ -435,9 +541,15 @@ func (s *Store) Release(ctx context.Context, owned []Attempt, reason string) (in
 // caller's: its lease was rescued, it was cancelled, or it already finished.
 var ErrNotOwner = errors.New("job attempt is no longer owned by this worker (lease lost, cancelled or already finished)")
 
-// CompleteTx completes one attempt inside the caller's transaction.
-func CompleteTx(ctx context.Context, tx DB, a Attempt) error {
-	tag, err := tx.Exec(ctx, sqlCompleteTx, a.ID, a.Attempt, a.StartedAt)
+// CompleteTx completes one attempt inside the caller's transaction, with
+// output (JSON, nil for none) as the job's output.
+func CompleteTx(ctx context.Context, tx DB, a Attempt, output []byte) error {
+	var out *string
+	if output != nil {
+		s := string(output)
+		out = &s
+	}
+	tag, err := tx.Exec(ctx, sqlCompleteTx, a.ID, a.Attempt, a.StartedAt, out)
 	if err != nil {
 		return fmt.Errorf("complete job %d in transaction: %w", a.ID, err)
 	}
@@ -453,18 +565,36 @@ func CompleteTx(ctx context.Context, tx DB, a Attempt) error {
 func (s *Store) DeleteFinished(ctx context.Context, state string, olderThan time.Duration, batch int) (int64, error) {
 	var q string
 	switch state {
-	case "completed":
+	case StateCompleted:
 		q = sqlDeleteCompleted
-	case "dead":
+	case StateDead:
 		q = sqlDeleteDead
-	case "cancelled":
+	case StateCancelled:
 		q = sqlDeleteCancelled
 	default:
 		return 0, fmt.Errorf("delete finished jobs: state %q is not a finished state", state)
 	}
-	tag, err := s.db.Exec(ctx, q, s.args(olderThan.Seconds(), batch)...)
+	var tag pgconn.CommandTag
+	err := s.inSession(ctx, func() (err error) {
+		tag, err = s.exec(ctx, q, olderThan.Seconds(), batch)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("delete %s jobs: %w", state, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeleteRateStarts deletes up to batch starts of rate-limited kinds that
+// stopped counting more than a minute ago, and returns how many it deleted.
+func (s *Store) DeleteRateStarts(ctx context.Context, batch int) (int64, error) {
+	var tag pgconn.CommandTag
+	err := s.inSession(ctx, func() (err error) {
+		tag, err = s.exec(ctx, sqlDeleteRateStarts, batch)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete rate starts: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -480,7 +610,7 @@ func fromMs(v float64) time.Duration { return time.Duration(v * float64(time.Mil
 // that claim, what commits after is notified); after false, keep polling.
 func (s *Store) Sleep(ctx context.Context, queue, worker string) (bool, error) {
 	var slept bool
-	if err := s.db.QueryRow(ctx, sqlSleep, s.args(queue, worker)...).Scan(&slept); err != nil {
+	if err := s.inSession(ctx, func() error { return s.queryRow(ctx, sqlSleep, []any{queue, worker}, &slept) }); err != nil {
 		return false, fmt.Errorf("sleep on queue %s: %w", queue, err)
 	}
 	return slept, nil
@@ -489,8 +619,68 @@ func (s *Store) Sleep(ctx context.Context, queue, worker string) (bool, error) {
 // Wake records that worker no longer sleeps on queue: producers may stop
 // notifying it, so it must poll until it sleeps again.
 func (s *Store) Wake(ctx context.Context, queue, worker string) error {
-	if _, err := s.db.Exec(ctx, sqlWake, s.args(queue, worker)...); err != nil {
+	if err := s.inSession(ctx, func() error { _, err := s.exec(ctx, sqlWake, queue, worker); return err }); err != nil {
 		return fmt.Errorf("wake on queue %s: %w", queue, err)
 	}
 	return nil
+}
+
+// QueueSweep is what Sweep found of one queue.
+type QueueSweep struct {
+	Queue string
+	// Runnable is whether a job of the kinds asked for is due now.
+	Runnable bool
+	// NextDue is how long until the queue's next scheduled job, on the
+	// database clock; HasNextDue is false when none is scheduled.
+	NextDue    time.Duration
+	HasNextDue bool
+	Paused     bool
+}
+
+// SweepResult is what one Sweep found.
+type SweepResult struct {
+	Queues []QueueSweep
+	// Expired is whether some running job's lease has expired (any claim
+	// rescues it); NextExpiry is how long until the next one does, when
+	// HasNextExpiry.
+	Expired       bool
+	NextExpiry    time.Duration
+	HasNextExpiry bool
+}
+
+// Sweep looks at every queue of queues in one statement: which have a job
+// of kinds due now, when each one's next scheduled job is due, which are
+// paused, and whether a lease expired. It is the safety poll of a worker
+// serving many queues, which would otherwise claim from each in turn.
+func (s *Store) Sweep(ctx context.Context, queues, kinds []string) (SweepResult, error) {
+	var res SweepResult
+	err := s.inSession(ctx, func() error {
+		res = SweepResult{}
+		rows, err := s.query(ctx, sqlSweep, queues, kinds)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				q               QueueSweep
+				due, nextExpiry *float64
+			)
+			if err := rows.Scan(&q.Queue, &q.Runnable, &due, &q.Paused, &res.Expired, &nextExpiry); err != nil {
+				return fmt.Errorf("scan: %w", err)
+			}
+			if due != nil {
+				q.NextDue, q.HasNextDue = fromMs(*due), true
+			}
+			if nextExpiry != nil {
+				res.NextExpiry, res.HasNextExpiry = fromMs(*nextExpiry), true
+			}
+			res.Queues = append(res.Queues, q)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return res, fmt.Errorf("sweep %d queues: %w", len(queues), err)
+	}
+	return res, nil
 }

@@ -2,6 +2,7 @@ package claimer_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,9 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/claimer"
+	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/migrations"
 )
@@ -268,8 +271,11 @@ func TestRescueHeartbeatRelease(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
 	ctx := context.Background()
-	expired := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, lease_until, started_at) VALUES ('k', 'running', 1, now() - interval '1 second', now() - interval '1 minute') RETURNING id`)
-	spent := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, max_attempts, lease_until) VALUES ('k', 'running', 3, 3, now() - interval '1 second') RETURNING id`)
+	// Attempts whose workers heartbeated them, then stopped: they count.
+	expired := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, lease_until, started_at, heartbeat_at)
+		VALUES ('k', 'running', 1, now() - interval '1 second', now() - interval '1 minute', now() - interval '50 seconds') RETURNING id`)
+	spent := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, max_attempts, lease_until, started_at, heartbeat_at)
+		VALUES ('k', 'running', 3, 3, now() - interval '1 second', now() - interval '1 minute', now() - interval '50 seconds') RETURNING id`)
 	for i := 0; i < 3; i++ {
 		insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
 	}
@@ -454,6 +460,42 @@ func TestClaimRespectsConcurrencyLimits(t *testing.T) {
 	res, err = s.Claim(ctx, "default", kinds, limits, 100, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"1": 1}, keys(res.Jobs))
+}
+
+// A key that is full does not hide the jobs of other keys behind it: 1 200
+// jobs of one account, enqueued first, then one of another account; with
+// the first account's slot taken, one claim takes the other's job, and
+// one claim takes a job of each of several free keys behind them.
+func TestClaimFullKeyHidesNoOtherKey(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	limits := []claimer.KindLimit{{Kind: "import", Key: "account", Max: 1}}
+	kinds := []string{"import"}
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload)
+		SELECT 'import', '{"account": "a"}' FROM generate_series(1, 1200)`)
+	require.NoError(t, err)
+	res, err := s.Claim(ctx, "default", kinds, limits, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1, "account a has one slot")
+
+	b := insert(t, db, `INSERT INTO fila_jobs (kind, payload) VALUES ('import', '{"account": "b"}') RETURNING id`)
+	res, err = s.Claim(ctx, "default", kinds, limits, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1, "account b's job, behind 1 199 of full account a")
+	require.Equal(t, b, res.Jobs[0].ID)
+
+	// Several keys behind the full ones, each taken in the same claim.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload)
+		SELECT 'import', jsonb_build_object('account', 'c' || (i % 3)) FROM generate_series(1, 9) AS i`)
+	require.NoError(t, err)
+	res, err = s.Claim(ctx, "default", kinds, limits, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 3, "one job of each of c0, c1, c2")
+
+	res, err = s.Claim(ctx, "default", kinds, limits, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, res.Jobs, "every key is full")
 }
 
 // A paused queue gives nothing to claim until it is resumed, and resuming
@@ -711,4 +753,503 @@ func TestClaimIDOnlyARunnableJob(t *testing.T) {
 	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: j.Attempt, OK: true}})
 	require.NoError(t, err)
 	require.Equal(t, "completed", statesByKey(fin)[j.Attempt.Key()])
+}
+
+// An attempt whose lease expired before any heartbeat of its own (a claim
+// whose reply was lost, so no handler ever ran it) is given back by the
+// rescue, not counted: a job with one attempt runs, rather than going to
+// dead untried. After three such rescues the attempts count again, so a
+// handler that kills its worker at once cannot make a job loop for ever.
+func TestRescueGivesBackAnAttemptNobodyStarted(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	id := insert(t, db, `INSERT INTO fila_jobs (kind, max_attempts) VALUES ('k', 1) RETURNING id`)
+	lease := time.Minute
+	// expire ends the running attempt's lease, as time would.
+	expire := func() {
+		_, err := db.Pool.Exec(ctx, `UPDATE fila_jobs SET lease_until = now() - interval '1 second' WHERE state = 'running'`)
+		require.NoError(t, err)
+	}
+	for round := 1; round <= 3; round++ {
+		// Claimed, and its reply lost: nothing heartbeats it.
+		res, err := s.Claim(ctx, "default", kinds, nil, 1, lease)
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 1, "round %d", round)
+		require.Equal(t, 1, res.Jobs[0].Attempt.Attempt)
+		expire()
+		res, err = s.Claim(ctx, "other-queue", kinds, nil, 1, lease)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Rescued)
+		st, attempts, le := jobRow(t, db, id)
+		require.Equal(t, "pending", st, "round %d: a job nobody ran is not dead", round)
+		require.Zero(t, attempts, "round %d: the attempt is given back", round)
+		require.Contains(t, le, "not counted as an attempt")
+		var given int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT unstarted_rescues FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&given))
+		require.Equal(t, round, given)
+	}
+	// The fourth time, the attempt counts.
+	res, err := s.Claim(ctx, "default", kinds, nil, 1, lease)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	expire()
+	_, err = s.Claim(ctx, "other-queue", kinds, nil, 1, lease)
+	require.NoError(t, err)
+	st, attempts, _ := jobRow(t, db, id)
+	require.Equal(t, "dead", st)
+	require.Equal(t, 1, attempts)
+
+	// A heartbeat says a worker runs the attempt: its rescue counts it.
+	id = insert(t, db, `INSERT INTO fila_jobs (kind, max_attempts) VALUES ('k', 1) RETURNING id`)
+	res, err = s.Claim(ctx, "default", kinds, nil, 1, lease)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	got, err := s.Heartbeat(ctx, []claimer.Attempt{res.Jobs[0].Attempt}, lease)
+	require.NoError(t, err)
+	require.Equal(t, claimer.Kept, got[res.Jobs[0].Key()])
+	expire()
+	_, err = s.Claim(ctx, "other-queue", kinds, nil, 1, lease)
+	require.NoError(t, err)
+	st, attempts, le := jobRow(t, db, id)
+	require.Equal(t, "dead", st)
+	require.Equal(t, 1, attempts)
+	require.Contains(t, le, "stopped heartbeating")
+}
+
+// A transaction that inserts a row referencing a running job (a foreign key
+// to fila_jobs(id), which takes FOR KEY SHARE on the job's row) holds
+// nothing of Fila's up: the heartbeat keeps the lease, and the outcome is
+// written, while that transaction is still open.
+func TestForeignKeyToAJobDoesNotBlockHeartbeatsOrOutcomes(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE receipts (job_id bigint NOT NULL REFERENCES fila_jobs (id))`)
+	require.NoError(t, err)
+	insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	res, err := s.Claim(ctx, "default", kinds, nil, 1, time.Minute)
+	require.NoError(t, err)
+	j := res.Jobs[0]
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `INSERT INTO receipts (job_id) VALUES ($1::bigint)`, j.ID)
+	require.NoError(t, err)
+
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	got, err := s.Heartbeat(cctx, []claimer.Attempt{j.Attempt}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, claimer.Kept, got[j.Key()], "a foreign key's lock on the row is not a conflict")
+	fin, err := s.Finish(cctx, []claimer.Outcome{{Attempt: j.Attempt, OK: true}})
+	require.NoError(t, err)
+	require.Equal(t, "completed", fin[0].State)
+	require.NoError(t, tx.Commit(ctx))
+}
+
+// Under a database whose default isolation is REPEATABLE READ, a claim that
+// meets a row another claim changed fails with a serialization failure
+// instead of skipping it. The store then sets READ COMMITTED itself, runs
+// the claim again, and keeps doing so: concurrent claims never fail, and
+// every job is claimed once.
+func TestClaimsUnderRepeatableReadDefault(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	_, err := migrations.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	db.SetDefault(t, "default_transaction_isolation", "repeatable read")
+	pcfg, err := pgconfig.Pool(db.DSN) // as the runtime opens its pools
+	require.NoError(t, err)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // new sessions take the new default
+	require.NoError(t, err)
+	defer pool.Close()
+	var iso string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&iso))
+	require.Equal(t, "repeatable read", iso)
+	const jobs = 600
+	_, err = pool.Exec(ctx, `INSERT INTO fila_jobs (kind) SELECT 'k' FROM generate_series(1, $1::int)`, jobs)
+	require.NoError(t, err)
+
+	s := claimer.New(pool)
+	var mu sync.Mutex
+	claimed := map[int64]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				res, err := s.Claim(ctx, "default", kinds, nil, 3, time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Jobs) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, j := range res.Jobs {
+					claimed[j.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, claimed, jobs)
+	for id, n := range claimed {
+		require.Equal(t, 1, n, "job %d claimed %d times", id, n)
+	}
+	t.Logf("explicit isolation after the claims: %v", s.ExplicitSession())
+}
+
+// Unique states that leave running out (one queued while one runs) let a
+// job with the same key be enqueued while the first runs. Every statement
+// that moves the first back to pending (a retry, the rescue of its lease, a
+// release) finds the key taken: that job is cancelled, the newer one runs
+// instead, and nothing else in the same statement is held back.
+func TestUniqueKeyTakenWhileRunning(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	// Three jobs with keys held only while pending, each running when a
+	// newer job with its key is enqueued; and a job without a key.
+	keyed := func(key string) int64 {
+		return insert(t, db, `INSERT INTO fila_jobs (kind, unique_key, unique_states) VALUES ('k', $1::text, '{pending}') RETURNING id`, key)
+	}
+	keyed("retry")
+	keyed("rescue")
+	keyed("release")
+	plain := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	res, err := s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 4)
+	byKey := map[string]*claimer.Job{}
+	for _, j := range res.Jobs {
+		var key *string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT unique_key FROM fila_jobs WHERE id = $1::bigint`, j.ID).Scan(&key))
+		if key != nil {
+			byKey[*key] = j
+		} else {
+			byKey[""] = j
+		}
+	}
+	newer := map[string]int64{}
+	for _, k := range []string{"retry", "rescue", "release"} {
+		newer[k] = keyed(k)
+	}
+
+	// The retry, in one statement with another job's success.
+	fin, err := s.Finish(ctx, []claimer.Outcome{
+		{Attempt: byKey["retry"].Attempt, Err: "temporary", Delay: time.Second},
+		{Attempt: byKey[""].Attempt, OK: true},
+	})
+	require.NoError(t, err, "one job's taken key fails nobody's outcome")
+	states := statesByKey(fin)
+	require.Equal(t, "cancelled", states[byKey["retry"].Key()])
+	require.Equal(t, "completed", states[byKey[""].Key()])
+	st, _, le := jobRow(t, db, byKey["retry"].ID)
+	require.Equal(t, "cancelled", st)
+	require.Contains(t, le, fmt.Sprintf("is held by job %d, which runs instead", newer["retry"]))
+	st, _, _ = jobRow(t, db, plain)
+	require.Equal(t, "completed", st)
+
+	// The release.
+	n, err := s.Release(ctx, []claimer.Attempt{byKey["release"].Attempt}, "shutting down")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	st, _, _ = jobRow(t, db, byKey["release"].ID)
+	require.Equal(t, "cancelled", st)
+
+	// The rescue, by a claim on another queue: it must not fail.
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_jobs SET lease_until = now() - interval '1 second', heartbeat_at = now()
+		WHERE id = $1::bigint`, byKey["rescue"].ID)
+	require.NoError(t, err)
+	res, err = s.Claim(ctx, "other-queue", kinds, nil, 1, time.Minute)
+	require.NoError(t, err, "a rescue whose key is taken fails no claim")
+	require.Equal(t, 1, res.Rescued)
+	st, _, le = jobRow(t, db, byKey["rescue"].ID)
+	require.Equal(t, "cancelled", st)
+	require.Contains(t, le, "lease expired")
+	require.Contains(t, le, fmt.Sprintf("is held by job %d", newer["rescue"]))
+
+	// The newer jobs run.
+	res, err = s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 3)
+}
+
+// Unique states of running only (one at a time per key): a claim skips a
+// job whose key a running job holds, and takes the others; the job waits,
+// pending, until the holder ends, and that end wakes the queue.
+func TestClaimSkipsAJobWhoseKeyIsRunning(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	first := insert(t, db, `INSERT INTO fila_jobs (kind, unique_key, unique_states) VALUES ('k', 'acct:1', '{running}') RETURNING id`)
+	res, err := s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	holder := res.Jobs[0]
+	second := insert(t, db, `INSERT INTO fila_jobs (kind, unique_key, unique_states) VALUES ('k', 'acct:1', '{running}') RETURNING id`)
+	other := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	res, err = s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err, "a job whose key is running fails no claim")
+	require.Len(t, res.Jobs, 1)
+	require.Equal(t, other, res.Jobs[0].ID)
+	j, err := s.ClaimID(ctx, second, "default", kinds, time.Minute)
+	require.NoError(t, err)
+	require.Nil(t, j, "the claim by id skips it too")
+
+	conn, err := pgx.Connect(ctx, db.DirectDSN)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "LISTEN fila_default")
+	require.NoError(t, err)
+	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: holder.Attempt, OK: true}})
+	require.NoError(t, err)
+	require.Equal(t, "completed", fin[0].State)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = conn.WaitForNotification(wctx)
+	require.NoError(t, err, "the holder's end wakes the queue")
+	res, err = s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	require.Equal(t, second, res.Jobs[0].ID)
+	_ = first
+}
+
+// Unique states of completed only: two jobs of a key may both run; the
+// second to complete keeps its outcome and lets the key go, and the other
+// outcomes of its statement are written.
+func TestSecondCompletionOfAKeyLetsTheKeyGo(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	for range 2 {
+		insert(t, db, `INSERT INTO fila_jobs (kind, unique_key, unique_states) VALUES ('k', 'once', '{completed}') RETURNING id`)
+	}
+	res, err := s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 2)
+	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: res.Jobs[0].Attempt, OK: true}})
+	require.NoError(t, err)
+	require.Equal(t, "completed", fin[0].State)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, claimer.CompleteTx(ctx, tx, res.Jobs[1].Attempt, nil), "completing in the handler's transaction too")
+	require.NoError(t, tx.Commit(ctx))
+	var keys []*string
+	rows, err := db.Pool.Query(ctx, `SELECT unique_key FROM fila_jobs WHERE state = 'completed' ORDER BY id`)
+	require.NoError(t, err)
+	keys, err = pgx.CollectRows(rows, pgx.RowTo[*string])
+	require.NoError(t, err)
+	require.Len(t, keys, 2)
+	require.NotNil(t, keys[0])
+	require.Nil(t, keys[1], "the second completion let the key go")
+}
+
+// A row written by hand with errors that are not a list (here {}), running
+// with an expired lease, is rescued like any other: its old value is kept
+// as the first entry, and no claim fails.
+func TestRescueOfARowWhoseErrorsAreNotAList(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	odd := insert(t, db, `INSERT INTO fila_jobs (kind, state, attempts, lease_until, started_at, heartbeat_at, errors)
+		VALUES ('k', 'running', 1, now() - interval '1 second', now() - interval '1 minute', now() - interval '50 seconds', '{}') RETURNING id`)
+	plain := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	res, err := s.Claim(ctx, "default", kinds, nil, 10, time.Minute)
+	require.NoError(t, err, "an odd row fails nobody's claim")
+	require.Equal(t, 1, res.Rescued)
+	var claimed []int64
+	for _, j := range res.Jobs {
+		claimed = append(claimed, j.ID)
+	}
+	require.Contains(t, claimed, plain)
+	var errs string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT errors::text FROM fila_jobs WHERE id = $1::bigint`, odd).Scan(&errs))
+	require.True(t, strings.HasPrefix(errs, "[{}, {"), errs)
+	require.Contains(t, errs, "lease expired")
+}
+
+// Each claim records the Store's worker as the attempt's owner, from the
+// head of the queue, through a limited kind's slot check, and by id; a
+// Store without one records none.
+func TestClaimRecordsTheWorker(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	worker := func(id int64) *string {
+		var w *string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT worker FROM fila_jobs WHERE id = $1`, id).Scan(&w))
+		return w
+	}
+	anon := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	res, err := s.Claim(ctx, "default", kinds, nil, 1, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	require.Nil(t, worker(anon), "no worker set")
+
+	s.SetWorker("host/1/aa")
+	head := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	limited := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('lim') RETURNING id`)
+	res, err = s.Claim(ctx, "default", []string{"k", "lim"}, []claimer.KindLimit{{Kind: "lim", Max: 1}}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 2)
+	byID := insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	j, err := s.ClaimID(ctx, byID, "default", kinds, time.Minute)
+	require.NoError(t, err)
+	require.NotNil(t, j)
+	for _, id := range []int64{head, limited, byID} {
+		require.NotNil(t, worker(id), "job %d", id)
+		require.Equal(t, "host/1/aa", *worker(id), "job %d", id)
+	}
+}
+
+// A rate-limited kind starts at most Max jobs per key in a period, across
+// claims; the claim that finds every key out of starts says when the first
+// start frees, and a start counts no longer than its period.
+func TestClaimRespectsRateLimits(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload)
+		SELECT 'api', jsonb_build_object('account', CASE WHEN i <= 5 THEN 'a' ELSE 'b' END) FROM generate_series(1, 7) AS i`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind) VALUES ('free')`)
+	require.NoError(t, err)
+	rates := []claimer.KindRate{{Kind: "api", Key: "account", Max: 2, Period: time.Hour}}
+	kinds := []string{"api", "free"}
+	accounts := func(jobs []*claimer.Job) map[string]int {
+		n := map[string]int{}
+		for _, j := range jobs {
+			var acc *string
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT payload->>'account' FROM fila_jobs WHERE id = $1::bigint`, j.ID).Scan(&acc))
+			if acc == nil {
+				n["<none>"]++
+			} else {
+				n[*acc]++
+			}
+		}
+		return n
+	}
+	res, err := s.ClaimRated(ctx, "default", kinds, nil, rates, 100, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"a": 2, "b": 2, "<none>": 1}, accounts(res.Jobs), "two starts per account, and the unlimited kind")
+
+	// Their outcomes free no start: a start counts for its period.
+	outcomes := make([]claimer.Outcome, len(res.Jobs))
+	for i, j := range res.Jobs {
+		outcomes[i] = claimer.Outcome{Attempt: j.Attempt, OK: true}
+	}
+	_, err = s.Finish(ctx, outcomes)
+	require.NoError(t, err)
+	res, err = s.ClaimRated(ctx, "default", kinds, nil, rates, 100, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, res.Jobs, "both accounts are out of starts")
+	require.True(t, res.HasNextDue, "the claim says when a start frees")
+	require.Greater(t, res.NextDue, 59*time.Minute)
+	require.LessOrEqual(t, res.NextDue, time.Hour)
+
+	// Account a's first start ends its period (its until is moved to the
+	// past, as an hour passing would): one more start of a, none of b.
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_rate_starts SET until = now() - interval '1 ms'
+		WHERE job_id = (SELECT min(job_id) FROM fila_rate_starts WHERE key = 'a')`)
+	require.NoError(t, err)
+	res, err = s.ClaimRated(ctx, "default", kinds, nil, rates, 100, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"a": 1}, accounts(res.Jobs))
+	res, err = s.ClaimRated(ctx, "default", kinds, nil, rates, 100, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, res.Jobs)
+
+	// Rows that stopped counting are deleted a minute later, by the claim
+	// of their key or by retention.
+	var counted int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_rate_starts`).Scan(&counted))
+	require.Equal(t, 5, counted, "the start whose period just ended is kept for a minute")
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_rate_starts SET until = now() - interval '61 s'
+		WHERE job_id IN (SELECT job_id FROM fila_rate_starts WHERE key = 'a' ORDER BY job_id LIMIT 2)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_rate_starts SET until = now() - interval '61 s'
+		WHERE job_id = (SELECT min(job_id) FROM fila_rate_starts WHERE key = 'b')`)
+	require.NoError(t, err)
+	deleted, err := s.DeleteRateStarts(ctx, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, deleted)
+	require.NoError(t, err)
+	res, err = s.ClaimRated(ctx, "default", kinds, nil, rates, 100, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"a": 1}, accounts(res.Jobs), "a's second start ended its period too")
+}
+
+// A kind with a concurrency limit and a rate limit starts a job only when
+// both allow: one at a time, three per period.
+func TestClaimCombinesRateAndConcurrencyLimits(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload)
+		SELECT 'api', jsonb_build_object('account', 'a', 'region', 'eu') FROM generate_series(1, 5)`)
+	require.NoError(t, err)
+	limits := []claimer.KindLimit{{Kind: "api", Key: "account", Max: 1}}
+	rates := []claimer.KindRate{{Kind: "api", Key: "region", Max: 3, Period: time.Hour}}
+	kinds := []string{"api"}
+	started := 0
+	for range 5 {
+		res, err := s.ClaimRated(ctx, "default", kinds, limits, rates, 100, time.Minute)
+		require.NoError(t, err)
+		if len(res.Jobs) == 0 {
+			break
+		}
+		require.Len(t, res.Jobs, 1, "one slot")
+		started++
+		_, err = s.Finish(ctx, []claimer.Outcome{{Attempt: res.Jobs[0].Attempt, OK: true}})
+		require.NoError(t, err)
+	}
+	require.Equal(t, 3, started, "three starts per period")
+	var keys []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(DISTINCT key) FROM fila_rate_starts`).Scan(&keys))
+	require.Equal(t, []string{"eu"}, keys, "starts count per rate key, the region")
+}
+
+// The claim of rate-limited kinds reads indexes only, on a table whose
+// plan was made while it was small.
+func TestClaimPlanOfRateLimitsScansNoTable(t *testing.T) {
+	t.Parallel()
+	_, db := newStore(t)
+	ctx := context.Background()
+	conn, plans := explainedConn(t, db)
+	s := claimer.New(conn)
+	rates := []claimer.KindRate{{Kind: "k", Key: "account", Max: 1, Period: time.Hour}}
+	limits := []claimer.KindLimit{{Kind: "k", Key: "account", Max: 1}}
+	res, err := s.ClaimRated(ctx, "default", kinds, limits, rates, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, res.Jobs)
+
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, state, attempts, finished_at)
+		SELECT 'k', 'completed', 1, now() FROM generate_series(1, 5000)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_rate_starts (kind, key, job_id, started_at, until)
+		SELECT 'k', 'acc' || i, i, now(), now() + interval '1 hour' FROM generate_series(1, 5000) AS i`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, payload)
+		SELECT 'k', jsonb_build_object('account', 'acc' || (i % 3)) FROM generate_series(1, 30) AS i`)
+	require.NoError(t, err)
+	plans.reset()
+	res, err = s.ClaimRated(ctx, "default", kinds, limits, rates, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1, "acc0 has a start left; acc1 and acc2 have none")
+
+	all := plans.text()
+	require.Contains(t, all, "PL/pgSQL function fila_claim", "no plan of the claim was sent")
+	require.Contains(t, all, "fila_rate_starts", "no plan of the rate limit's statements was sent")
+	require.NotRegexp(t, `Seq Scan on (fila_jobs|fila_rate_starts)`, all, "the claim reads a whole table:\n%s", all)
 }

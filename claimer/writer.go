@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -16,14 +17,6 @@ import (
 const (
 	WriterBufferDefault   = 4096
 	WriterMaxBatchDefault = 1000
-	// WriterParallelDefault is one statement at a time: while it runs, the
-	// next batch gathers, so a single writer keeps up by writing more per
-	// statement. Two writers made outcome statements contend for the same
-	// index pages and, on two cores, for the processor: a drain of 50 000
-	// no-op jobs ran at 28 100 jobs/s with one and 23 900 with two (mean of
-	// three interleaved runs each of fila bench --scenarios drain
-	// --drain-jobs 50000; 21 100 against 19 200 at 20 000 jobs).
-	WriterParallelDefault = 1
 	// WriteTimeoutDefault bounds one outcome statement.
 	WriteTimeoutDefault = 10 * time.Second
 	// skippedRetryMin and skippedRetryMax bound the backoff of an outcome
@@ -46,13 +39,14 @@ type WriterConfig struct {
 	MaxBatch int
 	// WriteTimeout bounds each statement. Defaults to WriteTimeoutDefault.
 	WriteTimeout time.Duration
-	// Parallel is how many statements may write at once, each on a
-	// connection of its own. Defaults to WriterParallelDefault.
-	Parallel int
 	// OnWritten, if set, is called after each write with how the database
 	// left each attempt (its new state, or StateFenced). It is called from
 	// the writer's goroutine and must not block for long.
 	OnWritten func(finished []Finished)
+	// OnBatchCap, if set, is called when timeouts make the writer write
+	// fewer outcomes per statement than MaxBatch, or when it writes more
+	// again, with the new cap.
+	OnBatchCap func(cap int)
 	// OnAbandoned, if set, is called with outcomes the writer gives up on:
 	// the database refused them even with a placeholder error text, or the
 	// writer was stopped before it could write them. Their attempts stay
@@ -73,6 +67,14 @@ type WriterConfig struct {
 // following batches go ahead. A batch that fails otherwise (the database is
 // unreachable) is retried with backoff, since every outcome would fail the
 // same way.
+//
+// It writes one statement at a time: while it runs, the next batch gathers,
+// so a single writer keeps up by writing more per statement. Two writers
+// made outcome statements contend for the same index pages and, on two
+// cores, for the processor: a drain of 50 000 no-op jobs ran at 28 100
+// jobs/s with one and 23 900 with two (mean of three interleaved runs each
+// of fila bench --scenarios drain --drain-jobs 50000; 21 100 against 19 200
+// at 20 000 jobs).
 type Writer struct {
 	store *Store
 	cfg   WriterConfig
@@ -81,6 +83,58 @@ type Writer struct {
 	in      chan Outcome
 	stopped chan struct{} // closed when Run returns
 	stop    sync.Once
+
+	// batchCap is the most outcomes one statement writes: MaxBatch, halved
+	// after a statement that ran out of time, doubled back after
+	// writesBeforeGrow statements in a row that did not.
+	batchCap  atomic.Int32
+	goodWrite atomic.Int32
+}
+
+// writesBeforeGrow is how many statements in a row must finish in time
+// before a batch cut short by timeouts grows again.
+const writesBeforeGrow = 20
+
+// BatchCap is the most outcomes one statement writes now.
+func (w *Writer) BatchCap() int { return int(w.batchCap.Load()) }
+
+// ranOutOfTime lowers the batch cap below n, the size of a batch whose
+// statement timed out.
+func (w *Writer) ranOutOfTime(n int, err error) {
+	w.goodWrite.Store(0)
+	half := max(n/2, 1)
+	for {
+		old := w.batchCap.Load()
+		if int(old) <= half {
+			return
+		}
+		if w.batchCap.CompareAndSwap(old, int32(half)) {
+			break
+		}
+	}
+	w.log.Warn("outcome statement ran out of time; writing fewer outcomes per statement",
+		zap.Int("outcomes_per_statement", half), zap.Int("batch", n), zap.Error(err))
+	if w.cfg.OnBatchCap != nil {
+		w.cfg.OnBatchCap(half)
+	}
+}
+
+// inTime counts a statement that finished in time, and doubles a cap cut
+// by timeouts after writesBeforeGrow of them.
+func (w *Writer) inTime() {
+	old := int(w.batchCap.Load())
+	if old >= w.cfg.MaxBatch || w.goodWrite.Add(1) < writesBeforeGrow {
+		return
+	}
+	w.goodWrite.Store(0)
+	grown := min(2*old, w.cfg.MaxBatch)
+	if w.batchCap.CompareAndSwap(int32(old), int32(grown)) {
+		w.log.Info("outcome statements finish in time again; writing more outcomes per statement",
+			zap.Int("outcomes_per_statement", grown))
+		if w.cfg.OnBatchCap != nil {
+			w.cfg.OnBatchCap(grown)
+		}
+	}
 }
 
 // NewWriter returns a Writer on store.
@@ -94,14 +148,13 @@ func NewWriter(store *Store, cfg WriterConfig) *Writer {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = WriteTimeoutDefault
 	}
-	if cfg.Parallel <= 0 {
-		cfg.Parallel = WriterParallelDefault
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Writer{store: store, cfg: cfg, log: cfg.Logger.Named("writer"),
+	w := &Writer{store: store, cfg: cfg, log: cfg.Logger.Named("writer"),
 		in: make(chan Outcome, cfg.Buffer), stopped: make(chan struct{})}
+	w.batchCap.Store(int32(cfg.MaxBatch))
+	return w
 }
 
 // Submit queues one outcome. It blocks while the buffer is full, which slows
@@ -137,24 +190,15 @@ type retry struct {
 
 // Run writes outcomes until Close has been called and everything is written,
 // or until ctx is cancelled (outcomes still queued are then abandoned: their
-// jobs come back when their leases expire). It writes with Parallel
-// statements at once.
+// jobs come back when their leases expire).
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.stop.Do(func() { close(w.stopped) })
-	var wg sync.WaitGroup
-	for range w.cfg.Parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(ctx)
-		}()
-	}
-	wg.Wait()
+	w.run(ctx)
 	return nil
 }
 
-// run is one of Run's writing loops; each takes the outcomes waiting when it
-// is free, so while one statement runs the next batch gathers for another.
+// run is Run's loop: each statement takes the outcomes that queued up while
+// the one before it ran.
 func (w *Writer) run(ctx context.Context) {
 	in := (<-chan Outcome)(w.in) // nil once closed: a nil channel never delivers
 	var later []retry            // outcomes whose rows were locked, by due time
@@ -176,12 +220,13 @@ func (w *Writer) run(ctx context.Context) {
 			batch = append(batch, o)
 		case <-retryDue:
 		case <-ctx.Done():
-			w.abandonAll(in, nil, later, ctx.Err())
+			w.abandonAll(in, later, ctx.Err())
 			return
 		}
 		// Take everything else that is waiting, up to the batch size.
+		limit := w.BatchCap()
 	fill:
-		for len(batch) < w.cfg.MaxBatch && in != nil {
+		for len(batch) < limit && in != nil {
 			select {
 			case o, ok := <-in:
 				if !ok {
@@ -196,7 +241,7 @@ func (w *Writer) run(ctx context.Context) {
 		// And the retries that are due.
 		waited := map[AttemptKey]time.Duration{}
 		now := time.Now()
-		for len(later) > 0 && !later[0].due.After(now) && len(batch) < w.cfg.MaxBatch {
+		for len(later) > 0 && !later[0].due.After(now) && len(batch) < limit {
 			batch = append(batch, later[0].out)
 			waited[later[0].out.Key()] = later[0].wait
 			later = later[1:]
@@ -206,7 +251,7 @@ func (w *Writer) run(ctx context.Context) {
 		}
 		skipped, ok := w.write(ctx, batch)
 		if !ok {
-			w.abandonAll(in, nil, later, ctx.Err())
+			w.abandonAll(in, later, ctx.Err())
 			return
 		}
 		for _, o := range skipped {
@@ -243,9 +288,20 @@ func (w *Writer) write(ctx context.Context, batch []Outcome) (skipped []Outcome,
 		fin, err := w.finish(ctx, batch)
 		switch {
 		case err == nil:
+			w.inTime()
 			return w.report(batch, fin), true
 		case IsDataError(err):
 			return w.split(ctx, batch, err)
+		case ctx.Err() == nil && IsTimeout(err) && len(batch) > 1:
+			// Sent again whole it would time out again: in halves, and
+			// smaller batches from now on.
+			w.ranOutOfTime(len(batch), err)
+			return w.splitRetrying(ctx, batch)
+		case IsUniqueViolation(err) && len(batch) > 1:
+			// One outcome's job raced another for its unique key: write the
+			// others without it, and it alone again (below, with backoff),
+			// when the statement finds the key's holder.
+			return w.splitRetrying(ctx, batch)
 		case ctx.Err() != nil:
 			w.abandon(batch, ctx.Err())
 			return nil, false
@@ -268,6 +324,19 @@ func (w *Writer) split(ctx context.Context, batch []Outcome, cause error) (skipp
 	if len(batch) == 1 {
 		return w.writeAlone(ctx, batch[0], cause)
 	}
+	mid := len(batch) / 2
+	for _, half := range [][]Outcome{batch[:mid], batch[mid:]} {
+		s, ok := w.write(ctx, half)
+		skipped = append(skipped, s...)
+		if !ok {
+			return skipped, false
+		}
+	}
+	return skipped, true
+}
+
+// splitRetrying writes batch in halves, each retried as write does.
+func (w *Writer) splitRetrying(ctx context.Context, batch []Outcome) (skipped []Outcome, ok bool) {
 	mid := len(batch) / 2
 	for _, half := range [][]Outcome{batch[:mid], batch[mid:]} {
 		s, ok := w.write(ctx, half)
@@ -348,9 +417,9 @@ func (w *Writer) abandon(outs []Outcome, err error) {
 	}
 }
 
-// abandonAll abandons batch, the retries and whatever is still queued.
-func (w *Writer) abandonAll(in <-chan Outcome, batch []Outcome, later []retry, err error) {
-	outs := append([]Outcome(nil), batch...)
+// abandonAll abandons the retries and whatever is still queued.
+func (w *Writer) abandonAll(in <-chan Outcome, later []retry, err error) {
+	var outs []Outcome
 	for _, r := range later {
 		outs = append(outs, r.out)
 	}

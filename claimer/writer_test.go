@@ -186,3 +186,49 @@ func TestWriterStoppedAbandons(t *testing.T) {
 	st, _, _ := jobRow(t, db, jobs[0].ID)
 	require.Equal(t, "running", st, "an abandoned outcome waits for its lease to expire")
 }
+
+// An outcome statement that runs out of time is written again in halves,
+// and later batches are smaller, instead of the same statement timing out
+// for ever while nothing else is written. Here each completed row costs
+// 10 ms (a trigger sleeps) and a statement has 300 ms.
+func TestWriterShrinksBatchesThatRunOutOfTime(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+		CREATE FUNCTION slow_finish() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(0.01); RETURN NEW; END $$;
+		CREATE TRIGGER slow_finish BEFORE UPDATE ON fila_jobs FOR EACH ROW
+		WHEN (OLD.state = 'running' AND NEW.state = 'completed') EXECUTE FUNCTION slow_finish();
+		INSERT INTO fila_jobs (kind) SELECT 'k' FROM generate_series(1, 100)`)
+	require.NoError(t, err)
+	res, err := s.Claim(ctx, "default", kinds, nil, 100, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 100)
+	rec := newRecorder()
+	cfg := rec.config(t)
+	cfg.WriteTimeout = 300 * time.Millisecond
+	var caps []int
+	var capsMu sync.Mutex
+	cfg.OnBatchCap = func(n int) { capsMu.Lock(); caps = append(caps, n); capsMu.Unlock() }
+	w := claimer.NewWriter(s, cfg)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	// Submitted at once: they go in one or two large batches.
+	for _, j := range res.Jobs {
+		require.NoError(t, w.Submit(claimer.Outcome{Attempt: j.Attempt, OK: true}))
+	}
+	waitUntil(t, 60*time.Second, "every outcome written", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.written) == 100
+	})
+	require.Empty(t, rec.abandoned)
+	require.Less(t, w.BatchCap(), 100)
+	capsMu.Lock()
+	t.Logf("batch caps: %v", caps)
+	require.NotEmpty(t, caps)
+	capsMu.Unlock()
+}

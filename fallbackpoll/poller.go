@@ -52,6 +52,9 @@ type Config struct {
 	PollMin time.Duration
 	// PollMax caps the pure-poll idle backoff. Defaults to PollMaxDefault.
 	PollMax time.Duration
+	// TimerOnly makes the Poller keep only the due timer: another Poller
+	// (one for every queue of a worker, say) polls. Defaults to false.
+	TimerOnly bool
 	// Logger defaults to zap.NewNop().
 	Logger *zap.Logger
 }
@@ -176,7 +179,7 @@ func (p *Poller) SetHealthy(healthy bool) {
 		p.polled = true
 	}
 	p.mu.Unlock()
-	if changed {
+	if changed && !p.cfg.TimerOnly {
 		p.log.Info("wake source health changed", zap.Bool("healthy", healthy))
 		if !healthy {
 			p.signal(ReasonPoll) // notifications may have been lost already
@@ -237,6 +240,10 @@ func clampDue(d time.Duration) time.Duration {
 	return d
 }
 
+// Wake sends a wake for r, as the Poller's own interval would: the poll of
+// another Poller found work for this one.
+func (p *Poller) Wake(r Reason) { p.signal(r) }
+
 func (p *Poller) signal(r Reason) {
 	select {
 	case p.wakes <- r:
@@ -255,12 +262,15 @@ func (p *Poller) poke() {
 func (p *Poller) Run(ctx context.Context) error {
 	pollTimer := time.NewTimer(p.Interval())
 	defer pollTimer.Stop()
+	if p.cfg.TimerOnly {
+		pollTimer.Stop()
+	}
 	dueTimer := time.NewTimer(time.Hour)
 	dueTimer.Stop()
 	defer dueTimer.Stop()
 	for {
 		p.mu.Lock()
-		if p.polled {
+		if p.polled && !p.cfg.TimerOnly {
 			p.polled = false
 			pollTimer.Reset(p.next)
 		}

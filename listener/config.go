@@ -1,7 +1,6 @@
 package listener
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -66,38 +65,52 @@ type Config struct {
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if len(c.Queues) == 0 {
-		c.Queues = []string{DefaultQueue}
-	}
+	sourceDefaults(&c.Queues, &c.PingTimeout, &c.ReconnectMax, &c.Logger)
 	if c.PingInterval == 0 {
 		c.PingInterval = PingIntervalDefault
 	}
-	if c.PingTimeout == 0 {
-		c.PingTimeout = PingTimeoutDefault
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = ReconnectMaxDefault
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
 	return c
+}
+
+// sourceDefaults fills the settings Config and WALConfig share.
+func sourceDefaults(queues *[]string, pingTimeout, reconnectMax *time.Duration, logger **zap.Logger) {
+	if len(*queues) == 0 {
+		*queues = []string{DefaultQueue}
+	}
+	if *pingTimeout == 0 {
+		*pingTimeout = PingTimeoutDefault
+	}
+	if *reconnectMax == 0 {
+		*reconnectMax = ReconnectMaxDefault
+	}
+	if *logger == nil {
+		*logger = zap.NewNop()
+	}
+}
+
+// checkSource checks the DSN and queues every source needs; what names the
+// source in its errors ("" or "WAL ").
+func checkSource(what, dsn string, queues []string) error {
+	if dsn == "" {
+		return fmt.Errorf("listener: %sDSN is required (a direct PostgreSQL DSN, not a pooler)", what)
+	}
+	if _, err := pgconfig.Conn(dsn); err != nil {
+		return fmt.Errorf("listener: %sDSN: %w", what, err)
+	}
+	for _, q := range queues {
+		if err := channel.ValidateQueue(q); err != nil {
+			return fmt.Errorf("listener: %sQueues: %w", what, err)
+		}
+	}
+	return nil
 }
 
 // Validate reports the first field of c (with defaults applied) that cannot
 // be used, naming it and its allowed values.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
-	if c.DSN == "" {
-		return errors.New("listener: DSN is required (a direct PostgreSQL DSN, not a pooler)")
-	}
-	if _, err := pgconfig.Conn(c.DSN); err != nil {
-		return fmt.Errorf("listener: DSN: %w", err)
-	}
-	for _, q := range c.Queues {
-		if err := channel.ValidateQueue(q); err != nil {
-			return fmt.Errorf("listener: Queues: %w", err)
-		}
+	if err := checkSource("", c.DSN, c.Queues); err != nil {
+		return err
 	}
 	if err := checkRange("PingInterval", c.PingInterval, PingIntervalMin, PingIntervalMax); err != nil {
 		return err

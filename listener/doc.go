@@ -4,13 +4,16 @@
 // It is a building block that package runtime wires together; its API is not
 // stable, and applications should not need to import it.
 //
-// A wake carries no job: the notification payload (a job id) is only a hint,
-// and a claimer that wakes claims whatever is runnable at the head of its
-// queues, never a job by id. Wakes are coalesced into a channel of capacity
-// one, so a burst of inserts costs claimers one extra scan, and a slow claimer
-// never stops the listener from reading its socket (a listener that stops
-// reading lets PostgreSQL's notification queue fill, and then producers'
-// commits fail).
+// A wake is a hint, never a promise: the notification payload is a job id,
+// which a source that implements Hinter keeps for the queue it woke (or
+// HintMany when several events came, or some may have been lost). A claimer
+// that was asleep when one notification came may claim that job by id (a
+// primary-key probe) before it reads the head of its queue; any other wake
+// claims from the head. The safety poll stays the path that finds every job.
+// Wakes are coalesced into a channel of capacity one, so a burst of inserts
+// costs claimers one extra scan, and a slow claimer never stops the listener
+// from reading its socket (a listener that stops reading lets PostgreSQL's
+// notification queue fill, and then producers' commits fail).
 //
 // A wake source can miss events: notifications sent while its connection is
 // down are gone. It therefore sends a catch-up wake after every (re)connect,

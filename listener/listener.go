@@ -110,6 +110,9 @@ func (l *Listener) connect(ctx context.Context, connCfg *pgx.ConnConfig) (sessio
 	if err := checkIdentity(ctx, conn, l.cfg.PingTimeout, l.cfg.Expect); err != nil {
 		return nil, err
 	}
+	if err := checkPrimary(ctx, conn, l.cfg.PingTimeout); err != nil {
+		return nil, err
+	}
 	for _, ch := range l.channels {
 		if err := l.exec(ctx, conn, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", ch, err)
@@ -141,7 +144,7 @@ func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
 			l.log.Debug("notification", zap.String("channel", n.Channel), zap.String("payload", n.Payload))
 			if q, ok := strings.CutPrefix(n.Channel, channel.Prefix); ok {
 				// The payload is the id of the queue's first new job of the
-				// notifying statement (migration 0005).
+				// notifying statement (see migrations/schema.sql).
 				job, _ := strconv.ParseInt(n.Payload, 10, 64)
 				l.wakeQueue(q, job)
 			} else {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -212,6 +213,9 @@ func (w *WAL) prepare(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if err := checkIdentity(ctx, conn, w.cfg.PingTimeout, w.cfg.Expect); err != nil {
 		return err
 	}
+	if err := checkPrimary(ctx, conn, w.cfg.PingTimeout); err != nil {
+		return err
+	}
 
 	qctx, cancel := context.WithTimeout(ctx, w.cfg.PingTimeout)
 	defer cancel()
@@ -293,6 +297,10 @@ func (w *WAL) createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) 
 	case sctx.Err() != nil:
 		return fmt.Errorf("create replication slot %s: not done after %v (SlotTimeout): creating a slot waits for every transaction "+
 			"in progress on the instance to end; look for long-running transactions in pg_stat_activity", slot, w.cfg.SlotTimeout)
+	case pgErrCode(err) == "55000" && strings.Contains(err.Error(), "recovery"):
+		// "logical decoding cannot be used while in recovery": the server
+		// became a standby since prepare checked it.
+		return fmt.Errorf("%w: %w", ErrStandby, err)
 	case pgErrCode(err) == "55000":
 		// object_not_in_prerequisite_state: wal_level changed under us.
 		return fatal(fmt.Errorf("%w: %w; set wal_level = logical and restart PostgreSQL", ErrWALLevel, err))

@@ -1,14 +1,9 @@
 package listener
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/fila-run/fila/internal/channel"
-	"github.com/fila-run/fila/internal/pgconfig"
 )
 
 // Defaults and allowed ranges of WALConfig beyond those Config shares.
@@ -69,23 +64,12 @@ type WALConfig struct {
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c WALConfig) WithDefaults() WALConfig {
-	if len(c.Queues) == 0 {
-		c.Queues = []string{DefaultQueue}
-	}
+	sourceDefaults(&c.Queues, &c.PingTimeout, &c.ReconnectMax, &c.Logger)
 	if c.StatusInterval == 0 {
 		c.StatusInterval = StatusIntervalDefault
 	}
-	if c.PingTimeout == 0 {
-		c.PingTimeout = PingTimeoutDefault
-	}
 	if c.SlotTimeout == 0 {
 		c.SlotTimeout = SlotTimeoutDefault
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = ReconnectMaxDefault
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
 	}
 	return c
 }
@@ -94,16 +78,8 @@ func (c WALConfig) WithDefaults() WALConfig {
 // be used, naming it and its allowed values.
 func (c WALConfig) Validate() error {
 	c = c.WithDefaults()
-	if c.DSN == "" {
-		return errors.New("listener: WAL DSN is required (a direct PostgreSQL DSN, not a pooler)")
-	}
-	if _, err := pgconfig.Conn(c.DSN); err != nil {
-		return fmt.Errorf("listener: WAL DSN: %w", err)
-	}
-	for _, q := range c.Queues {
-		if err := channel.ValidateQueue(q); err != nil {
-			return fmt.Errorf("listener: WAL Queues: %w", err)
-		}
+	if err := checkSource("WAL ", c.DSN, c.Queues); err != nil {
+		return err
 	}
 	for _, r := range []struct {
 		field     string

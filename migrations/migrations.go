@@ -1,6 +1,3 @@
-// Package migrations holds Fila's versioned SQL, embedded in the binary, and
-// applies it once under a transaction-scoped advisory lock, so any number of
-// processes may run Migrate at the same time.
 package migrations
 
 import (
@@ -18,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-//go:embed *.sql
+// files holds the numbered migrations only: schema.sql, the schema they
+// build, is there to be read, not shipped.
+//
+//go:embed *.up.sql *.down.sql
 var files embed.FS
-
-// lockKey is the advisory lock every Migrate takes; the value spells "fila".
-const lockKey = 0x66696c61
 
 // Migration is one numbered step.
 type Migration struct {
@@ -114,7 +111,7 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, erro
 			if _, err := tx.Exec(ctx, m.Up); err != nil {
 				return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, "INSERT INTO fila_migrations (version, name) VALUES ($1::int, $2::text)", m.Version, m.Name); err != nil {
+			if _, err := tx.Exec(ctx, "INSERT INTO fila_migrations (version, name) VALUES ($1::int, $2::text)", pgx.QueryExecModeExec, m.Version, m.Name); err != nil {
 				return fmt.Errorf("record migration %d: %w", m.Version, err)
 			}
 			applied = append(applied, m.Version)
@@ -157,7 +154,7 @@ func Rollback(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, error
 			if _, err := tx.Exec(ctx, m.Down); err != nil {
 				return fmt.Errorf("roll back migration %04d_%s: %w", m.Version, m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, "DELETE FROM fila_migrations WHERE version = $1::int", m.Version); err != nil {
+			if _, err := tx.Exec(ctx, "DELETE FROM fila_migrations WHERE version = $1::int", pgx.QueryExecModeExec, m.Version); err != nil {
 				return fmt.Errorf("unrecord migration %d: %w", m.Version, err)
 			}
 			undone = append(undone, m.Version)
@@ -181,8 +178,10 @@ func checkTarget(target int) error {
 // locked runs fn in a transaction that holds the migration lock, with the
 // database's version, creating fila_migrations when it is missing.
 func locked(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, current int) error) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", int64(lockKey)); err != nil {
+	// READ COMMITTED whatever the database's default: the lock serialises
+	// migrations, and the DDL must see what the one before committed.
+	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", pgx.QueryExecModeExec, LockMigrate); err != nil {
 			return fmt.Errorf("take migration lock: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fila_migrations (
@@ -204,13 +203,27 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// unnamed is the argument that sends a statement unnamed on pgx's own
+// pools, connections and transactions: pgx prepares and caches statements
+// by default, which PgBouncer in transaction mode cannot keep (the next
+// transaction may run on another server connection), so migrating through
+// it with a pool of pgx's defaults failed with "prepared statement …
+// already exists". Other Queriers choose their own way.
+func unnamed(q Querier) []any {
+	switch q.(type) {
+	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn, pgx.Tx:
+		return []any{pgx.QueryExecModeExec}
+	}
+	return nil
+}
+
 // Version returns the database's migration version, 0 when Fila was never
 // migrated there.
 func Version(ctx context.Context, q Querier) (int, error) { return version(ctx, q) }
 
 func version(ctx context.Context, q Querier) (int, error) {
 	var v int
-	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM fila_migrations").Scan(&v)
+	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM fila_migrations", unnamed(q)...).Scan(&v)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 		return 0, nil

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -18,6 +19,16 @@ import (
 // cancelled, writes outcomes in batches through a claimer.Writer, and lets go
 // of an attempt only once the database has its outcome (or says it is no
 // longer this worker's).
+//
+// It also knows when it stops owning an attempt without being told: the
+// lease is on the database clock, and this worker's view of it is a local
+// deadline counted from before the statement that last extended the lease
+// was sent (the claim, then each heartbeat that kept it). A timer of its own
+// stops the handler a margin before that deadline, whatever the network or
+// the row's locks do: a heartbeat that fails, hangs, or finds the row
+// locked renews nothing, and one whose reply comes after the handler was
+// stopped revives nothing. This is what keeps "never two at once" under a
+// silent partition, where no heartbeat ever returns an error in time.
 type completer struct {
 	rt     *Runtime
 	log    *zap.Logger
@@ -28,6 +39,13 @@ type completer struct {
 	interrupted []claimer.Attempt
 	closed      bool
 	inflight    sync.WaitGroup // Submit calls under way
+	unwritten   []int64        // jobs of the outcomes the writer abandoned
+	// stopping is set once the runtime stops claiming: an attempt whose
+	// lease deadline passes from then on ends with nothing written (the
+	// database did not answer its heartbeats), and counts as unwritten in
+	// the stop's report, like an outcome the writer abandoned.
+	stopping bool
+	kick     chan struct{} // an attempt is due for a heartbeat earlier than the loop sleeps; capacity 1
 }
 
 // attempt is one owned attempt.
@@ -35,28 +53,104 @@ type attempt struct {
 	a      claimer.Attempt
 	job    *Job
 	cancel context.CancelCauseFunc
-	// renewed is the local monotonic time of the claim or of the last
-	// heartbeat that kept the lease.
-	renewed time.Time
+	// leaseEnd is the local monotonic time before which the database's lease
+	// surely holds: the send time of the statement that last extended it,
+	// plus the lease.
+	leaseEnd time.Time
+	// stop ends the attempt for this worker at leaseEnd minus the margin,
+	// unless a renewal moved leaseEnd first.
+	stop *time.Timer
+	// beatAt is when the next heartbeat of this attempt is due.
+	beatAt time.Time
+	// seen is set once a heartbeat recorded (heartbeat_at) that this worker
+	// runs the attempt: the rescue of a lease that expires without one gives
+	// the attempt back, as one whose claim reply was lost.
+	seen bool
+	// expired is set when the deadline passed while the handler ran: the
+	// handler was stopped, nothing renews the lease any more.
+	expired bool
 	// finishing is set once the handler returned: the outcome is on its way
 	// to the database, and the handler is not cancelled any more.
 	finishing bool
+	snoozed   bool          // its outcome is a snooze
 	ran       time.Duration // how long the handler ran, once it returned
 }
 
+// seenDelay is how long after its claim an attempt whose handler still runs
+// gets its first heartbeat, which tells the database a worker runs it. A
+// shorter job writes its outcome first and needs none, so the drain pays
+// nothing for it; a worker that dies within it has its attempt given back
+// by the rescue (at most three times per job), as if its claim reply had
+// been lost.
+const seenDelay = 100 * time.Millisecond
+
+// leaseMargin is how long before its local lease end an attempt is over for
+// this worker: enough for a cancelled handler or a killed command to stop
+// before another worker may rescue the job.
+func leaseMargin(lease time.Duration) time.Duration { return lease / 6 }
+
+// ErrLeaseDeadline is the cause of a handler's context cancellation when the
+// worker could not renew the attempt's lease in time (the database cut off,
+// a heartbeat too slow, the row locked by another transaction). It wraps
+// ErrLeaseLost: the worker stops the handler before the lease may run out,
+// because another worker may rescue the job once it has.
+var ErrLeaseDeadline = fmt.Errorf("%w: its lease could not be renewed in time", ErrLeaseLost)
+
 func newCompleter(rt *Runtime) *completer {
-	c := &completer{rt: rt, log: rt.log.Named("completer"), owned: map[claimer.AttemptKey]*attempt{}}
+	c := &completer{rt: rt, log: rt.log.Named("completer"), owned: map[claimer.AttemptKey]*attempt{},
+		kick: make(chan struct{}, 1)}
 	c.writer = claimer.NewWriter(rt.store, claimer.WriterConfig{
 		MaxBatch: rt.cfg.ClaimBatch, Logger: rt.log, OnWritten: c.written, OnAbandoned: c.abandoned,
+		OnBatchCap: func(int) { rt.registry.update(context.Background(), rt.wakeState()) },
 	})
 	return c
 }
 
-// own takes an attempt the moment it is claimed.
-func (c *completer) own(a claimer.Attempt, job *Job, cancel context.CancelCauseFunc) {
+// own takes an attempt the moment it is claimed. sent is when the claim
+// statement was sent: the database's lease began after it.
+func (c *completer) own(a claimer.Attempt, job *Job, cancel context.CancelCauseFunc, sent time.Time) {
+	lease := c.rt.cfg.Lease
+	at := &attempt{a: a, job: job, cancel: cancel, leaseEnd: sent.Add(lease), beatAt: sent.Add(seenDelay)}
+	key := a.Key()
+	stopAt := at.leaseEnd.Add(-leaseMargin(lease))
+	job.setOwnedUntil(stopAt)
 	c.mu.Lock()
-	c.owned[a.Key()] = &attempt{a: a, job: job, cancel: cancel, renewed: time.Now()}
+	c.owned[key] = at
+	at.stop = time.AfterFunc(time.Until(stopAt), func() { c.deadline(key) })
 	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// deadline ends an attempt whose lease could not be renewed in time.
+func (c *completer) deadline(key claimer.AttemptKey) {
+	c.mu.Lock()
+	at := c.owned[key]
+	if c.closed || at == nil || at.finishing || at.expired || time.Now().Before(at.leaseEnd.Add(-leaseMargin(c.rt.cfg.Lease))) {
+		// Run has returned (its handlers were cancelled when it stopped),
+		// or the attempt is gone, returned, already stopped, or renewed
+		// while this timer fired.
+		c.mu.Unlock()
+		return
+	}
+	at.expired = true
+	at.cancel(ErrLeaseDeadline)
+	left := time.Until(at.leaseEnd)
+	c.mu.Unlock()
+	c.log.Warn("lease not renewed in time; stopping the handler before another worker may rescue the job",
+		zap.Int64("job_id", key.ID), zap.Int("attempt", key.Attempt), zap.Duration("lease_ends_in", left))
+}
+
+// dropLocked lets go of an attempt. c.mu is held.
+func (c *completer) dropLocked(key claimer.AttemptKey) *attempt {
+	at := c.owned[key]
+	if at != nil {
+		at.stop.Stop()
+		delete(c.owned, key)
+	}
+	return at
 }
 
 // finish takes a handler's result. Outcomes to write go to the writer; the
@@ -80,21 +174,26 @@ func (c *completer) finish(job *Job, res result) {
 	obs := c.rt.cfg.Observer
 	switch res.kind {
 	case resultCompletedInTx:
-		delete(c.owned, key)
+		c.dropLocked(key)
 		c.mu.Unlock()
 		c.rt.completed.Add(1)
 		c.rt.completedSinceRetention.Add(1)
 		obs.Finished(job, OutcomeCompleted, res.took)
 		return
 	case resultLeaseLost:
-		delete(c.owned, key)
+		c.dropLocked(key)
+		if c.stopping && at.expired {
+			// Its own deadline ended it, not the database: nothing says
+			// what became of the job, which runs again after its lease.
+			c.unwritten = append(c.unwritten, key.ID)
+		}
 		c.mu.Unlock()
 		c.rt.leaseLost.Add(1)
 		obs.Finished(job, OutcomeLeaseLost, res.took)
 		log().Warn("lease lost while the handler ran; its result is discarded", zap.NamedError("handler_error", res.err))
 		return
 	case resultCancelled:
-		delete(c.owned, key)
+		c.dropLocked(key)
 		c.mu.Unlock()
 		c.rt.cancelled.Add(1)
 		obs.Finished(job, OutcomeCancelled, res.took)
@@ -102,17 +201,34 @@ func (c *completer) finish(job *Job, res result) {
 		return
 	case resultInterrupted:
 		at.finishing, at.ran = true, res.took
+		at.stop.Stop()
 		c.interrupted = append(c.interrupted, at.a)
 		c.mu.Unlock()
 		log().Info("handler stopped by shutdown; the job goes back to the queue", zap.NamedError("handler_error", res.err))
 		return
 	}
 	at.finishing, at.ran = true, res.took
+	at.stop.Stop()
+	if !at.seen {
+		// The outcome says the attempt ran: only the lease needs keeping
+		// until it is written.
+		at.beatAt = at.leaseEnd.Add(c.rt.cfg.HeartbeatInterval - c.rt.cfg.Lease)
+	}
 	c.inflight.Add(1)
 	c.mu.Unlock()
 	defer c.inflight.Done()
 
 	out := claimer.Outcome{Attempt: at.a, OK: res.kind == resultOK}
+	switch res.kind {
+	case resultOK:
+		out.Output = job.output
+	case resultSnoozed:
+		out.Snooze, out.Delay = true, res.delay
+		c.mu.Lock()
+		at.snoozed = true
+		c.mu.Unlock()
+		c.log.Debug("job snoozed", zap.Int64("job_id", job.ID), zap.String("kind", job.Kind), zap.Duration("for", res.delay))
+	}
 	if res.kind == resultFailed {
 		c.rt.failed.Add(1)
 		out.Err, out.Permanent, out.Delay = res.err.Error(), res.permanent, res.delay
@@ -132,21 +248,27 @@ func (c *completer) written(fin []claimer.Finished) {
 	c.mu.Lock()
 	ats := make([]*attempt, len(fin))
 	for i, f := range fin {
-		ats[i] = c.owned[f.Key]
-		delete(c.owned, f.Key)
+		ats[i] = c.dropLocked(f.Key)
 	}
 	c.mu.Unlock()
 	obs := c.rt.cfg.Observer
 	for i, f := range fin {
 		at := ats[i]
 		if at != nil {
-			obs.Finished(at.job, outcomeOf(f.State), at.ran)
+			outcome := outcomeOf(f.State)
+			if at.snoozed && f.State == StatePending {
+				outcome = OutcomeSnoozed
+			}
+			obs.Finished(at.job, outcome, at.ran)
 		}
 		switch f.State {
-		case "completed":
+		case StateCompleted:
 			c.rt.completed.Add(1)
 			c.rt.completedSinceRetention.Add(1)
-		case "pending":
+		case StatePending:
+			if at != nil && at.snoozed {
+				c.rt.snoozed.Add(1)
+			}
 			// This worker learns of its own retry at once; others through
 			// the update trigger's notification.
 			if at != nil {
@@ -154,8 +276,12 @@ func (c *completer) written(fin []claimer.Finished) {
 					p.poller.DueWithin(f.DueIn)
 				}
 			}
-		case "dead":
+		case StateDead:
 			c.log.Warn("job is dead", zap.Int64("job_id", f.Key.ID), zap.Int("attempt", f.Key.Attempt))
+		case StateCancelled:
+			c.rt.cancelled.Add(1)
+			c.log.Info("job not retried: another job holds its unique key and runs instead",
+				zap.Int64("job_id", f.Key.ID), zap.Int("attempt", f.Key.Attempt))
 		case claimer.StateFenced:
 			c.log.Warn("result rejected: the attempt is no longer this worker's (lease lost, cancelled, or completed in the handler's transaction)",
 				zap.Int64("job_id", f.Key.ID), zap.Int("attempt", f.Key.Attempt))
@@ -166,12 +292,14 @@ func (c *completer) written(fin []claimer.Finished) {
 // outcomeOf maps the state fila_finish reports to an Outcome.
 func outcomeOf(state string) Outcome {
 	switch state {
-	case "completed":
+	case StateCompleted:
 		return OutcomeCompleted
-	case "pending":
+	case StatePending:
 		return OutcomeRetried
-	case "dead":
+	case StateDead:
 		return OutcomeDead
+	case StateCancelled:
+		return OutcomeCancelled
 	}
 	return OutcomeFenced
 }
@@ -181,68 +309,136 @@ func outcomeOf(state string) Outcome {
 func (c *completer) abandoned(outs []claimer.Outcome, _ error) {
 	c.mu.Lock()
 	for _, o := range outs {
-		delete(c.owned, o.Key())
+		c.dropLocked(o.Key())
+	}
+	for _, o := range outs {
+		c.unwritten = append(c.unwritten, o.ID)
 	}
 	c.mu.Unlock()
 }
 
-// heartbeatLoop extends the leases of every owned attempt, and stops the
-// handlers of attempts that are no longer this worker's or were cancelled.
+// stopBegan marks the start of the stop (see stopping).
+func (c *completer) stopBegan() {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+}
+
+// unsettled lists the jobs of the attempts whose outcome or release was not
+// written: those abandoned by the writer, those whose lease deadline passed
+// during the stop, and those still owned.
+func (c *completer) unsettled() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := slices.Clone(c.unwritten)
+	for k := range c.owned {
+		ids = append(ids, k.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// heartbeatLoop extends the leases of owned attempts as each comes due
+// (HeartbeatInterval after the statement that last extended it was sent,
+// and seenDelay after its claim for the first), and stops the handlers of
+// attempts that are no longer this worker's or were cancelled.
 func (c *completer) heartbeatLoop(ctx context.Context) {
-	lease, every := c.rt.cfg.Lease, c.rt.cfg.HeartbeatInterval
-	t := time.NewTicker(every)
-	defer t.Stop()
+	cfg := c.rt.cfg
+	// A heartbeat may take half the time left before the first of its
+	// attempts' deadlines, and at least half an interval: a slow database
+	// gets all the time that can still help, and a connection gone silent
+	// is given up while another try on a fresh one can still land. One
+	// given up is tried again at once; one that failed otherwise (the
+	// server refusing connections, say), a quarter interval later. The
+	// deadline does not depend on any of them returning.
+	retry := cfg.HeartbeatInterval / 4
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		c.mu.Lock()
-		owned := make([]claimer.Attempt, 0, len(c.owned))
-		for _, at := range c.owned {
-			owned = append(owned, at.a)
-		}
-		c.mu.Unlock()
-		if len(owned) == 0 {
+		due, next := c.dueForHeartbeat(time.Now())
+		if len(due) == 0 {
+			wait := time.Hour
+			if !next.IsZero() {
+				wait = time.Until(next)
+			}
+			wake.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake.C:
+			case <-c.kick:
+			}
+			wake.Stop()
 			continue
 		}
 		sent := time.Now()
-		// A slow heartbeat that still lands before the lease runs out keeps
-		// the job; giving up at the next tick would only let it expire.
-		hbCtx, cancel := context.WithTimeout(ctx, lease/2)
-		got, err := c.rt.store.Heartbeat(hbCtx, owned, lease)
+		timeout := max(cfg.HeartbeatInterval/2, c.firstStop(due).Sub(sent)/2)
+		hbCtx, cancel := context.WithTimeout(ctx, timeout)
+		got, err := c.rt.store.Heartbeat(hbCtx, due, cfg.Lease)
 		cancel()
-		var lost, cancelled int
+		again := retry
+		if claimer.IsTimeout(err) {
+			again = 10 * time.Millisecond // it took its timeout already
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var lost, cancelled, busy, busyNearStop int
+		now := time.Now()
 		c.mu.Lock()
-		for _, a := range owned {
+		for _, a := range due {
 			at := c.owned[a.Key()]
 			if at == nil {
 				continue // finished meanwhile
 			}
 			switch status := got[a.Key()]; {
-			case err == nil && status == claimer.Kept:
-				at.renewed = sent
-			case err == nil && status == claimer.Busy:
-			case err == nil && status == claimer.Cancelled:
+			case err != nil:
+				// Nothing renewed: try again soon, while the deadline runs.
+				at.beatAt = now.Add(again)
+			case status == claimer.Busy:
+				// Usually the handler's own transaction, completing the job
+				// in it (CompleteTx): a moment, and nothing to say. Said when
+				// the deadline comes near.
+				at.beatAt = now.Add(retry)
+				busy++
+				if !at.finishing && at.leaseEnd.Add(-leaseMargin(cfg.Lease)).Sub(now) < cfg.HeartbeatInterval {
+					busyNearStop++
+				}
+			case status == claimer.Kept:
+				at.seen = true
+				at.beatAt = sent.Add(cfg.HeartbeatInterval)
+				if at.expired || !sent.Add(cfg.Lease).After(at.leaseEnd) {
+					continue // a late renewal revives nothing
+				}
+				at.leaseEnd = sent.Add(cfg.Lease)
+				if !at.finishing {
+					stopAt := at.leaseEnd.Add(-leaseMargin(cfg.Lease))
+					at.stop.Reset(time.Until(stopAt))
+					at.job.setOwnedUntil(stopAt)
+				}
+			case status == claimer.Cancelled:
 				cancelled++
 				at.cancel(ErrCancelled)
-			case err == nil:
+				at.beatAt = now.Add(cfg.HeartbeatInterval)
+			default:
 				lost++
 				at.cancel(ErrLeaseLost)
-			case time.Since(at.renewed) > lease-every/2:
-				// The lease cannot be confirmed and is about to run out: stop
-				// rather than risk running alongside the worker that rescues it.
-				lost++
-				at.cancel(ErrLeaseLost)
+				at.beatAt = now.Add(cfg.HeartbeatInterval)
 			}
 		}
 		c.mu.Unlock()
 		switch {
-		case err != nil && ctx.Err() == nil:
-			c.log.Error("heartbeat failed; will retry", zap.Int("jobs", len(owned)), zap.Error(err))
+		case err != nil:
+			c.log.Error("heartbeat failed; will retry", zap.Int("jobs", len(due)), zap.Duration("retry_in", again), zap.Error(err))
 		case lost > 0:
 			c.log.Warn("leases lost; stopping those handlers", zap.Int("lost", lost))
+		}
+		if busyNearStop > 0 {
+			c.log.Warn("job rows locked by another transaction; their leases were not renewed, and their handlers stop soon unless the lock goes",
+				zap.Int("jobs", busyNearStop), zap.Duration("retry_in", retry))
+		} else if busy > 0 {
+			c.log.Debug("job rows locked by another transaction; their leases are renewed at the next try",
+				zap.Int("jobs", busy), zap.Duration("retry_in", retry))
 		}
 		if cancelled > 0 {
 			c.log.Info("jobs cancelled; stopping their handlers", zap.Int("cancelled", cancelled))
@@ -250,8 +446,57 @@ func (c *completer) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// releaseInterrupted gives jobs interrupted by a hard stop back to the queue.
-func (c *completer) releaseInterrupted() {
+// firstStop is the earliest local deadline among the attempts of as whose
+// handlers still run; far ahead when there is none.
+func (c *completer) firstStop(as []claimer.Attempt) time.Time {
+	margin := leaseMargin(c.rt.cfg.Lease)
+	first := time.Now().Add(c.rt.cfg.Lease)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range as {
+		if at := c.owned[a.Key()]; at != nil && !at.finishing {
+			if stop := at.leaseEnd.Add(-margin); stop.Before(first) {
+				first = stop
+			}
+		}
+	}
+	return first
+}
+
+// dueForHeartbeat returns, once some attempt's heartbeat is due, the
+// attempts to renew in one statement: those due now, plus those that will
+// be within a quarter interval (a renewal a little early costs nothing) or,
+// for a first heartbeat, within half of seenDelay. Otherwise it returns
+// when the next one is due (zero when none is). Attempts stopped at their
+// deadline are left alone: their handlers were cancelled, and renewing
+// their leases would only keep their jobs from the rescue.
+func (c *completer) dueForHeartbeat(now time.Time) (due []claimer.Attempt, next time.Time) {
+	early := c.rt.cfg.HeartbeatInterval / 4
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, at := range c.owned {
+		if !at.expired && (next.IsZero() || at.beatAt.Before(next)) {
+			next = at.beatAt
+		}
+	}
+	if next.IsZero() || next.After(now) {
+		return nil, next
+	}
+	for _, at := range c.owned {
+		window := early
+		if !at.seen {
+			window = seenDelay / 2
+		}
+		if !at.expired && !at.beatAt.After(now.Add(window)) {
+			due = append(due, at.a)
+		}
+	}
+	return due, time.Time{}
+}
+
+// releaseInterrupted gives jobs interrupted by a hard stop back to the
+// queue, within ctx.
+func (c *completer) releaseInterrupted(ctx context.Context) {
 	c.mu.Lock()
 	ret := c.interrupted
 	c.interrupted = nil
@@ -259,7 +504,7 @@ func (c *completer) releaseInterrupted() {
 	if len(ret) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	n, err := c.rt.store.Release(ctx, ret, "interrupted by worker shutdown")
 	if err != nil {
@@ -269,10 +514,9 @@ func (c *completer) releaseInterrupted() {
 	}
 	c.mu.Lock()
 	for _, a := range ret {
-		if at := c.owned[a.Key()]; at != nil {
+		if at := c.dropLocked(a.Key()); at != nil {
 			c.rt.cfg.Observer.Finished(at.job, OutcomeReleased, at.ran)
 		}
-		delete(c.owned, a.Key())
 	}
 	c.mu.Unlock()
 	c.rt.released.Add(uint64(n))
@@ -280,13 +524,27 @@ func (c *completer) releaseInterrupted() {
 }
 
 // close stops taking results: a handler that returns later has its result
-// discarded. The writer then writes what it has and stops.
+// discarded. The writer then writes what it has and stops. The deadlines
+// of attempts still owned are stopped too: their handlers were cancelled
+// and waited for already, and a timer firing after Run returned would
+// only log about a worker that is gone.
 func (c *completer) close() {
 	c.mu.Lock()
 	c.closed = true
+	for _, at := range c.owned {
+		at.stop.Stop()
+	}
 	c.mu.Unlock()
 	c.inflight.Wait()
 	c.writer.Close()
+	// An attempt still owned was given up by a hard stop, which cancelled
+	// its handler: its deadline has nothing left to stop, and nothing may
+	// run (or log) once Run has returned.
+	c.mu.Lock()
+	for _, at := range c.owned {
+		at.stop.Stop()
+	}
+	c.mu.Unlock()
 }
 
 // ownedIDs lists the jobs of attempts still owned.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,17 @@ const (
 
 // Defaults and limits of Config.
 const (
+	// LimitMaxMax is the largest Limit.Max: the claim sends it to PostgreSQL
+	// as an int4.
+	LimitMaxMax = math.MaxInt32
+	// RatePeriodMin and RatePeriodMax bound RateLimit.Period.
+	RatePeriodMin = time.Millisecond
+	RatePeriodMax = 30 * 24 * time.Hour
+	// RetryMaxMax is the largest RetryMax: a month. The backoff doubles
+	// RetryBase up to RetryMax, which must stay far from a time.Duration's
+	// limit.
+	RetryMaxMax = 30 * 24 * time.Hour
+
 	ConcurrencyDefault   = 20
 	ConcurrencyMax       = 10000
 	LeaseDefault         = 30 * time.Second
@@ -47,6 +59,13 @@ const (
 	RetentionDefault     = 24 * time.Hour
 	DeadRetentionDefault = 7 * 24 * time.Hour
 	HardStopGraceDefault = 5 * time.Second
+	// LivenessIntervalDefault, Min and Max bound Config.LivenessInterval.
+	LivenessIntervalDefault = 5 * time.Second
+	LivenessIntervalMin     = time.Second
+	LivenessIntervalMax     = 5 * time.Minute
+	// LivenessMissed is how many liveness heartbeats a worker may miss
+	// before every view counts it gone (fila_worker_live in the schema).
+	LivenessMissed       = 3
 	SafetyPollDefault    = fallbackpoll.SafetyPollDefault
 	SafetyPollMin        = fallbackpoll.SafetyPollMin
 	SafetyPollMax        = fallbackpoll.SafetyPollMax
@@ -68,16 +87,34 @@ type Handler func(ctx context.Context, job *Job) error
 
 // Kind registers a handler for one job kind.
 type Kind struct {
-	// Name is the value of fila_jobs.kind this handler runs.
-	Name    string
+	// Name is the value of fila_jobs.kind this handler runs (see
+	// ValidateKind). Required.
+	Name string
+	// Handler runs each attempt of a job of this kind. Required.
 	Handler Handler
-	// Timeout cancels the handler's context after this long. Defaults to 0:
-	// no timeout of its own (the lease is kept alive by heartbeats).
+	// Timeout cancels the handler's context after this long; not negative.
+	// Defaults to 0: no timeout of its own (the lease is kept alive by
+	// heartbeats).
 	Timeout time.Duration
 	// Limit, if set, caps how many jobs of this kind run at once per
 	// concurrency key, across every worker. Defaults to none.
 	Limit *Limit
+	// RateLimit, if set, caps how many jobs of this kind start per period
+	// per rate key, across every worker; it holds together with Limit.
+	// Defaults to none.
+	RateLimit *RateLimit
+	// Backoff, if set, is this kind's retry policy: how long after its
+	// failed attempt (1 for the first) a job runs again. A handler's
+	// RetryAfter still wins. Defaults to nil: Config.RetryBase·2^(attempt-1),
+	// jittered, capped at Config.RetryMax.
+	Backoff func(attempt int) time.Duration
 }
+
+// Middleware wraps a handler: it sees the job and the context before next
+// runs, and the error next returned (the attempt's outcome: nil, a failure,
+// Snooze, RetryAfter…) after; it may add to the context, or return another
+// error. Config.Middleware applies to every kind, --exec commands included.
+type Middleware func(next Handler) Handler
 
 // Limit caps the running jobs of a kind per concurrency key, across every
 // worker: at most Max jobs with the same key run at once; the others wait,
@@ -85,11 +122,33 @@ type Kind struct {
 // when its lease expires). Every worker that handles the kind must declare
 // the same Limit.
 type Limit struct {
-	// Max is how many jobs of one key may run at once. Required, at least 1.
+	// Max is how many jobs of one key may run at once. Allowed 1 to
+	// LimitMaxMax. Required.
 	Max int
 	// Key is a dotted path into the payload whose value is the concurrency
 	// key, such as "account_id" or "account.id": jobs with equal values
 	// share the Max slots. Jobs whose payload lacks it share the key "".
+	// Defaults to "": one key for the whole kind.
+	Key string
+}
+
+// RateLimit caps the starts of a kind per rate key, across every worker:
+// in any window of Period, at most Max jobs with the same key start; the
+// others wait, pending, and start as soon as the window allows (the
+// worker sets a timer for it: nothing polls). Every start counts, a
+// crashed worker's and a retried attempt's included, for Period and no
+// longer. Every worker that handles the kind must declare the same
+// RateLimit.
+type RateLimit struct {
+	// Max is how many jobs of one key may start per Period. Allowed 1 to
+	// LimitMaxMax. Required.
+	Max int
+	// Period is the window the starts are counted in. Allowed
+	// RatePeriodMin to RatePeriodMax. Required.
+	Period time.Duration
+	// Key is a dotted path into the payload whose value is the rate key,
+	// such as "account_id" or "account.id": jobs with equal values share
+	// the Max starts. Jobs whose payload lacks it share the key "".
 	// Defaults to "": one key for the whole kind.
 	Key string
 }
@@ -109,89 +168,117 @@ type Config struct {
 	// close it. Handlers may share it and hold all its connections: Fila's
 	// own statements run on a small pool (4 connections) it opens from
 	// Pool's configuration, so heartbeats and outcomes never wait behind
-	// handlers.
+	// handlers. Defaults to none: a pool opened from DSN.
 	Pool *pgxpool.Pool
 	// Queues are the queues this runtime works. Defaults to ["default"].
 	Queues []string
-	// Kinds are the job kinds this runtime handles. Required. A claim takes
-	// only jobs of these kinds: other workers on the same queue may handle
-	// other kinds.
+	// Kinds are the job kinds this runtime handles, each once. A claim
+	// takes only jobs of these kinds: other workers on the same queue may
+	// handle other kinds. Required.
 	Kinds []Kind
+	// Middleware wraps every kind's handler, the first outermost: for
+	// tracing, metrics, logging or a context value every handler needs.
+	// Defaults to none.
+	Middleware []Middleware
 	// Concurrency is how many handlers of each queue run at once; each queue
-	// has its own, so a busy queue never starves another. Defaults to
-	// ConcurrencyDefault; allowed 1 to ConcurrencyMax.
+	// has its own, so a busy queue never starves another. Allowed 1 to
+	// ConcurrencyMax. Defaults to ConcurrencyDefault.
 	Concurrency int
 	// QueueConcurrency sets the concurrency of individual queues (of
-	// Queues), instead of Concurrency. Defaults to none.
+	// Queues), instead of Concurrency; each allowed 1 to ConcurrencyMax.
+	// Defaults to none.
 	QueueConcurrency map[string]int
 	// MaxConcurrency, if set, caps the handlers running at once across all
-	// queues; queues waiting for a slot get one in turn. Defaults to 0: no
-	// cap beyond each queue's own.
+	// queues; queues waiting for a slot get one in turn. Allowed 0 to
+	// ConcurrencyMax for each queue. Defaults to 0: no cap beyond each
+	// queue's own.
 	MaxConcurrency int
 	// Mode is how workers learn of new jobs. Defaults to ModeNotify.
 	Mode Mode
 	// Lease is how long a claimed job stays this worker's without a
 	// heartbeat; a crashed worker's job runs again after at most this long.
-	// Defaults to LeaseDefault; allowed LeaseMin to LeaseMax.
+	// A worker that cannot renew a lease (cut off from the database, or its
+	// heartbeats finding the row locked) stops the handler at five sixths
+	// of the lease after the last renewal was sent, before another worker
+	// may rescue the job (see Job.OwnedUntil). Allowed LeaseMin to
+	// LeaseMax. Defaults to LeaseDefault.
 	Lease time.Duration
 	// ListenerPingInterval is how long the listener's connection (ModeNotify)
 	// may stay silent before it is checked: a connection that went half-open
 	// is found within ListenerPingInterval + ListenerPingTimeout, and the
-	// poll runs at Poll.UnhealthyPoll until the listener is back. Defaults to
-	// listener.PingIntervalDefault; allowed listener.PingIntervalMin to
-	// listener.PingIntervalMax.
+	// poll runs at UnhealthyPoll until the listener is back. Allowed
+	// listener.PingIntervalMin to listener.PingIntervalMax. Defaults to
+	// listener.PingIntervalDefault.
 	ListenerPingInterval time.Duration
 	// ListenerPingTimeout bounds each check of the listener's connection and
-	// each statement it runs to set up. Defaults to
-	// listener.PingTimeoutDefault; allowed listener.PingTimeoutMin to
-	// listener.PingTimeoutMax.
+	// each statement it runs to set up. Allowed listener.PingTimeoutMin to
+	// listener.PingTimeoutMax. Defaults to listener.PingTimeoutDefault.
 	ListenerPingTimeout time.Duration
-	// HeartbeatInterval is how often leases of running jobs are extended.
-	// Defaults to Lease/3.
+	// HeartbeatInterval is how often leases of running jobs are extended,
+	// counted for each attempt from the last renewal; a heartbeat that fails
+	// is tried again after a quarter of it. The first heartbeat of an
+	// attempt comes 200 ms after its claim, if its handler still runs.
+	// Allowed above 0 to Lease/2. Defaults to Lease/3.
 	HeartbeatInterval time.Duration
 	// SafetyPoll is how often a worker claims without having been woken,
 	// while its wake source is healthy: it catches a notification that was
-	// lost. Defaults to SafetyPollDefault; allowed SafetyPollMin to
-	// SafetyPollMax.
+	// lost. Allowed SafetyPollMin to SafetyPollMax. Defaults to
+	// SafetyPollDefault.
 	SafetyPoll time.Duration
 	// UnhealthyPoll is the poll interval while the wake source is down or
-	// not yet up. Defaults to UnhealthyPollDefault; allowed UnhealthyPollMin to
-	// SafetyPoll.
+	// not yet up. Allowed UnhealthyPollMin to SafetyPoll. Defaults to
+	// UnhealthyPollDefault.
 	UnhealthyPoll time.Duration
-	// PollMin is ModePoll's interval while work flows. Defaults to
-	// PollMinDefault; allowed PollMinMin (1ms) to PollMinMax (1m).
+	// PollMin is ModePoll's interval while work flows. Allowed PollMinMin
+	// (1ms) to PollMinMax (1m). Defaults to PollMinDefault.
 	PollMin time.Duration
-	// PollMax caps ModePoll's idle backoff. Defaults to PollMaxDefault;
-	// allowed PollMin to SafetyPollMax.
+	// PollMax caps ModePoll's idle backoff. Allowed PollMin to
+	// SafetyPollMax. Defaults to PollMaxDefault, or PollMin if greater.
 	PollMax time.Duration
 	// BusyRate is, in ModeNotify, how many jobs a second a queue's
 	// notifications must bring before this worker stops waiting for them and
 	// polls the queue instead, until it runs dry. Producers notify a queue
 	// only while some worker waits for notifications on it, and a notifying
 	// commit takes an instance-wide lock: under load, they then commit
-	// without it. Defaults to BusyRateDefault; negative: always wait for
-	// notifications (producers always notify).
+	// without it. A negative value always waits for notifications
+	// (producers always notify). Defaults to BusyRateDefault.
 	BusyRate int
-	// ClaimBatch caps the jobs one claim statement takes. Defaults to
-	// ClaimBatchDefault; allowed 1 to ClaimBatchMax.
+	// ClaimBatch caps the jobs one claim statement takes. Allowed 1 to
+	// ClaimBatchMax. Defaults to ClaimBatchDefault.
 	ClaimBatch int
-	// RetryBase and RetryMax shape the retry backoff: RetryBase·2^(attempt-1),
-	// jittered, capped at RetryMax. Default to RetryBaseDefault and RetryMaxDefault.
+	// RetryBase is the first retry's backoff: a failed attempt n waits
+	// RetryBase·2^(n-1), jittered, capped at RetryMax. Allowed above 0 to
+	// RetryMax. Defaults to RetryBaseDefault.
 	RetryBase time.Duration
-	RetryMax  time.Duration
+	// RetryMax caps the retry backoff. Allowed RetryBase to RetryMaxMax.
+	// Defaults to RetryMaxDefault.
+	RetryMax time.Duration
 	// Retention is how long completed jobs are kept before being deleted in
-	// small batches. Defaults to RetentionDefault; a negative value keeps them.
+	// small batches; a negative value keeps them. Defaults to
+	// RetentionDefault.
 	Retention time.Duration
 	// DeadRetention is how long dead and cancelled jobs are kept, so there
-	// is time to look at them and retry them. Defaults to
-	// DeadRetentionDefault; a negative value keeps them.
+	// is time to look at them and retry them; a negative value keeps them.
+	// Defaults to DeadRetentionDefault.
 	DeadRetention time.Duration
-	// HardStopGrace is how long a hard stop waits for cancelled handlers to
-	// return. A handler still running then is abandoned: Run returns, its
-	// lease is no longer renewed, and after it expires another worker runs
-	// the job, so a process should exit once Run returns. Defaults to
-	// HardStopGraceDefault.
+	// HardStopGrace is how long a hard stop (or the passing of Stop's
+	// deadline) waits for cancelled handlers to return and for what is left
+	// to write: outcomes, the release of interrupted jobs. A handler still
+	// running then is abandoned, and an outcome not written is given up: Run
+	// returns (with an error wrapping ErrOutcomesNotWritten), those leases
+	// are no longer renewed, and after they expire another worker runs the
+	// jobs, so a process should exit once Run returns. Not negative.
+	// Defaults to HardStopGraceDefault.
 	HardStopGrace time.Duration
+	// LivenessInterval is how often the worker refreshes its row in
+	// fila_workers (one UPDATE of that row). A worker that missed
+	// LivenessMissed of them counts as gone in `fila stats`, the
+	// dashboard, the metrics and `fila migrate`'s check for live workers,
+	// and its kinds and recurring tasks as served by no one: a worker
+	// killed without a clean stop drops out of them three intervals after
+	// its last refresh, so between two and three after it died. Allowed LivenessIntervalMin to
+	// LivenessIntervalMax. Defaults to LivenessIntervalDefault.
+	LivenessInterval time.Duration
 	// Recurring are tasks this worker schedules: each enqueues a job at
 	// every slot of its schedule. Any number of workers may declare the same
 	// task; exactly one job is enqueued per slot. Defaults to none.
@@ -199,7 +286,7 @@ type Config struct {
 	// Observer, if set, is told of every wake-up, claim and outcome (see
 	// package metrics). Defaults to none.
 	Observer Observer
-	// Logger defaults to zap.NewNop().
+	// Logger receives the runtime's logs. Defaults to zap.NewNop().
 	Logger *zap.Logger
 }
 
@@ -270,6 +357,9 @@ func (c Config) WithDefaults() Config {
 	if c.DeadRetention == 0 {
 		c.DeadRetention = DeadRetentionDefault
 	}
+	if c.LivenessInterval == 0 {
+		c.LivenessInterval = LivenessIntervalDefault
+	}
 	if c.HardStopGrace == 0 {
 		c.HardStopGrace = HardStopGraceDefault
 	}
@@ -297,6 +387,11 @@ func (c Config) Validate() error {
 	if len(c.Kinds) == 0 {
 		return errors.New("Kinds is empty: register at least one handler")
 	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			return fmt.Errorf("Middleware[%d] is nil", i)
+		}
+	}
 	seen := map[string]bool{}
 	for _, k := range c.Kinds {
 		if err := ValidateKind(k.Name); err != nil {
@@ -312,11 +407,22 @@ func (c Config) Validate() error {
 			return fmt.Errorf("Kinds: kind %q has a negative Timeout", k.Name)
 		}
 		if k.Limit != nil {
-			if k.Limit.Max < 1 {
-				return fmt.Errorf("Kinds: kind %q has Limit.Max %d; at least 1", k.Name, k.Limit.Max)
+			if k.Limit.Max < 1 || k.Limit.Max > LimitMaxMax {
+				return fmt.Errorf("Kinds: kind %q has Limit.Max %d out of range: allowed 1 to %d", k.Name, k.Limit.Max, LimitMaxMax)
 			}
 			if k.Limit.Key != "" && slices.Contains(strings.Split(k.Limit.Key, "."), "") {
 				return fmt.Errorf("Kinds: kind %q has Limit.Key %q; want a dotted path such as account.id", k.Name, k.Limit.Key)
+			}
+		}
+		if r := k.RateLimit; r != nil {
+			if r.Max < 1 || r.Max > LimitMaxMax {
+				return fmt.Errorf("Kinds: kind %q has RateLimit.Max %d out of range: allowed 1 to %d", k.Name, r.Max, LimitMaxMax)
+			}
+			if r.Period < RatePeriodMin || r.Period > RatePeriodMax {
+				return fmt.Errorf("Kinds: kind %q has RateLimit.Period %s out of range: allowed %s to %s", k.Name, r.Period, RatePeriodMin, RatePeriodMax)
+			}
+			if r.Key != "" && slices.Contains(strings.Split(r.Key, "."), "") {
+				return fmt.Errorf("Kinds: kind %q has RateLimit.Key %q; want a dotted path such as account.id", k.Name, r.Key)
 			}
 		}
 		seen[k.Name] = true
@@ -365,8 +471,17 @@ func (c Config) Validate() error {
 	if c.ClaimBatch < 1 || c.ClaimBatch > ClaimBatchMax {
 		return fmt.Errorf("ClaimBatch %d out of range: allowed 1 to %d", c.ClaimBatch, ClaimBatchMax)
 	}
-	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
-		return fmt.Errorf("RetryBase %s / RetryMax %s: need 0 < RetryBase <= RetryMax", c.RetryBase, c.RetryMax)
+	if c.RetryBase <= 0 || c.RetryBase > c.RetryMax {
+		return fmt.Errorf("RetryBase %s out of range: allowed above 0 to RetryMax (%s)", c.RetryBase, c.RetryMax)
+	}
+	if c.RetryMax > RetryMaxMax {
+		return fmt.Errorf("RetryMax %s out of range: allowed RetryBase (%s) to %s", c.RetryMax, c.RetryBase, RetryMaxMax)
+	}
+	if c.LivenessInterval < LivenessIntervalMin || c.LivenessInterval > LivenessIntervalMax {
+		return fmt.Errorf("LivenessInterval %s out of range: allowed %s to %s", c.LivenessInterval, LivenessIntervalMin, LivenessIntervalMax)
+	}
+	if c.HardStopGrace < 0 {
+		return fmt.Errorf("HardStopGrace %s is negative: allowed above 0", c.HardStopGrace)
 	}
 	return nil
 }
@@ -379,7 +494,9 @@ func (c Config) concurrency(queue string) int {
 	return c.Concurrency
 }
 
-// pollConfig is the poller configuration of one queue's producer.
+// pollConfig is the poller configuration of one queue's producer, which
+// keeps only its due timer (queue set), or of the sweeper, which polls for
+// every queue (queue "").
 func (c Config) pollConfig(queue string) fallbackpoll.Config {
 	log := c.Logger
 	if queue != "" {
@@ -387,7 +504,7 @@ func (c Config) pollConfig(queue string) fallbackpoll.Config {
 	}
 	return fallbackpoll.Config{
 		PurePoll: c.Mode == ModePoll, SafetyPoll: c.SafetyPoll, UnhealthyPoll: c.UnhealthyPoll,
-		PollMin: c.PollMin, PollMax: c.PollMax, Logger: log,
+		PollMin: c.PollMin, PollMax: c.PollMax, Logger: log, TimerOnly: queue != "",
 	}
 }
 

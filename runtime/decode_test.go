@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -28,4 +29,25 @@ func TestDecodeRefusesPayloadsThatAreNotObjects(t *testing.T) {
 	require.NoError(t, null.Decode(&list), "null into a slice is a nil slice")
 	require.NoError(t, (&runtime.Job{Payload: json.RawMessage(`{"N": 3}`)}).Decode(&s))
 	require.Equal(t, 3, s.N)
+}
+
+// Decode's comment says which inserts store a null payload: every one
+// whose payload is JSON null, and none whose payload is a nil interface.
+func TestWhichInsertsStoreANullPayload(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	stored := func(payload any) string {
+		id, err := runtime.Insert(ctx, db.Pool, "k", payload, nil)
+		require.NoError(t, err)
+		var text string
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT payload::text FROM fila_jobs WHERE id = $1::bigint", id).Scan(&text))
+		return text
+	}
+	var nilPointer *struct{ N int }
+	var nilMap map[string]any
+	require.Equal(t, "null", stored(nilPointer))
+	require.Equal(t, "null", stored(nilMap))
+	require.Equal(t, "null", stored(json.RawMessage("null")))
+	require.Equal(t, "{}", stored(nil))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	goruntime "runtime"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ const (
 	resultLeaseLost                       // the lease was lost: another worker may own the job
 	resultCancelled                       // an operator cancelled the job
 	resultInterrupted                     // a hard stop interrupted it: give the job back
+	resultSnoozed                         // the handler asked to run later: pending again, its attempt given back
 )
 
 // result is one attempt's handler result, mapped.
@@ -53,10 +53,20 @@ func (r *Runtime) runHandler(ctx context.Context, job *Job) error {
 		// know the kind.
 		return fmt.Errorf("no handler for kind %q on this worker (it handles %s)", job.Kind, strings.Join(r.kindNames, ", "))
 	}
+	return runKind(ctx, kind, job)
+}
+
+// runKind calls kind's handler (middleware included) for job, with the
+// job's timeout or else the kind's.
+func runKind(ctx context.Context, kind Kind, job *Job) error {
 	hctx := ctx
-	if kind.Timeout > 0 {
+	timeout := kind.Timeout
+	if t := job.policy().timeout(); t > 0 {
+		timeout = t // the job's own, from its insert
+	}
+	if timeout > 0 {
 		var c context.CancelFunc
-		hctx, c = context.WithTimeoutCause(ctx, kind.Timeout, fmt.Errorf("timed out after %s", kind.Timeout))
+		hctx, c = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %s", timeout))
 		defer c()
 	}
 	err := call(hctx, kind.Handler, job)
@@ -76,6 +86,13 @@ func (r *Runtime) runHandler(ctx context.Context, job *Job) error {
 
 // mapResult decides what an attempt's handler result means.
 func (r *Runtime) mapResult(job *Job, err error, cause error) result {
+	return mapResult(job, err, cause, r.kinds[job.Kind].Backoff, RetryPolicy{Base: r.cfg.RetryBase, Max: r.cfg.RetryMax})
+}
+
+// mapResult decides what an attempt's handler result means: cause is its
+// context's cancellation cause, backoff the kind's retry policy (nil for
+// none) and def the runtime's.
+func mapResult(job *Job, err error, cause error, backoff func(int) time.Duration, def RetryPolicy) result {
 	switch {
 	case err == nil && job.completedInTx.Load():
 		// Completed in the handler's own transaction: nothing left to write.
@@ -85,7 +102,10 @@ func (r *Runtime) mapResult(job *Job, err error, cause error) result {
 		// (CompleteTx is fenced on the attempt, so it only succeeds while
 		// the lease is this worker's).
 		return result{kind: resultCompletedInTx}
-	case errors.Is(cause, ErrLeaseLost):
+	case errors.Is(cause, ErrLeaseLost), errors.Is(err, ErrLeaseLost):
+		// Also when the handler saw the deadline before the runtime's own
+		// timer did (the guard of an --exec command keeps a clock of its
+		// own, so it may fire first).
 		return result{kind: resultLeaseLost, err: err}
 	case errors.Is(cause, ErrCancelled):
 		return result{kind: resultCancelled, err: err}
@@ -96,7 +116,23 @@ func (r *Runtime) mapResult(job *Job, err error, cause error) result {
 		// waiting for its lease. Not a failure of the job.
 		return result{kind: resultInterrupted, err: err}
 	}
-	return result{kind: resultFailed, err: err, permanent: IsPermanent(err), delay: r.retryDelay(job.Attempt)}
+	var snooze snoozeError
+	if errors.As(err, &snooze) && cause == nil {
+		return result{kind: resultSnoozed, delay: snooze.d}
+	}
+	var delay time.Duration
+	if p, ok := job.policy().retry(); ok {
+		delay = p.Backoff(job.Attempt) // the job's own, from its insert
+	} else if backoff != nil {
+		delay = max(backoff(job.Attempt), 0)
+	} else {
+		delay = def.Backoff(job.Attempt)
+	}
+	var after retryAfterError
+	if errors.As(err, &after) {
+		delay = after.d
+	}
+	return result{kind: resultFailed, err: err, permanent: IsPermanent(err), delay: delay}
 }
 
 // call runs h, turning a panic into an error with its stack.
@@ -109,15 +145,4 @@ func call(ctx context.Context, h Handler, job *Job) (err error) {
 		}
 	}()
 	return h(ctx, job)
-}
-
-// retryDelay is RetryBase·2^(attempt-1), capped at RetryMax, with "equal
-// jitter": half fixed, half random, so retries of a failed burst spread out.
-func (r *Runtime) retryDelay(attempt int) time.Duration {
-	d := r.cfg.RetryBase
-	for i := 1; i < attempt && d < r.cfg.RetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.cfg.RetryMax)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -18,16 +20,19 @@ import (
 // SQL of the insert API. Payloads travel as text and are cast by the server,
 // which PgBouncer in transaction mode carries like any other parameter.
 const (
-	insertSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts)
-VALUES ($1::text, $2::text, $3::text::jsonb, $4::smallint, coalesce($5::timestamptz, now()), $6::int)
+	insertSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata)
+VALUES ($1::text, $2::text, $3::text::jsonb, $4::smallint, coalesce($5::timestamptz, now()), $6::int,
+        $7::text[], $8::text::jsonb)
 RETURNING id`
 
 	// One statement however many jobs: the statement-level trigger then sends
 	// one notification per queue, not one per row.
-	insertManySQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts)
-SELECT q, k, p::jsonb, pr, coalesce(ra, now()), ma
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::timestamptz[], $6::int[])
-     AS t(q, k, p, pr, ra, ma)
+	// Each job's tags travel joined by U+001F, which a tag cannot hold (an
+	// array of arrays must be rectangular in PostgreSQL).
+	insertManySQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata)
+SELECT q, k, p::jsonb, pr, coalesce(ra, now()), ma, string_to_array(tg, E'\x1f'), md::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::text[])
+     AS t(q, k, p, pr, ra, ma, tg, md)
 RETURNING id`
 
 	// Ids for a COPY, taken from the identity column's own sequence. COPY
@@ -67,6 +72,52 @@ type InsertOpts struct {
 	// UniqueStates are the states during which UniqueKey holds. Defaults to
 	// pending and running.
 	UniqueStates []string
+	// Tags label the job, to find it by (ListJobs, fila jobs list --tag, the
+	// dashboard): at most TagsMax of 1 to TagMaxLen characters, without
+	// control characters. Defaults to none.
+	Tags []string
+	// Metadata travels with the job to its handler (Job.Metadata) and is
+	// shown with it: small facts about where it comes from, such as the
+	// trace context of the transaction that enqueued it. At most
+	// MetadataMaxBytes of JSON. Defaults to none.
+	Metadata map[string]any
+	// Timeout cancels each attempt's handler after this long, in place of
+	// its kind's Timeout (Kind.Timeout); not negative. It travels in the
+	// job's metadata (MetadataPolicyKey), so it holds whichever worker runs
+	// the job. Defaults to 0: the kind's.
+	Timeout time.Duration
+	// Retry is this job's retry backoff, in place of its kind's
+	// (Kind.Backoff) and the runtime's (Config.RetryBase, RetryMax); a
+	// handler's RetryAfter still wins. It travels in the job's metadata
+	// (MetadataPolicyKey). Defaults to nil: the kind's.
+	Retry *RetryPolicy
+	// After lists jobs, by id, that must complete before this one runs:
+	// until then it is waiting, which no worker claims. They must exist
+	// and have lower ids (be inserted before); InsertWorkflow inserts a
+	// graph of new jobs at once. At most DependenciesMax. Defaults to none.
+	After []int64
+	// OnDependencyFailure is what the job does when a dependency ends dead
+	// or cancelled: DependencyFailureDead (the default), ...Cancel or
+	// ...Run.
+	OnDependencyFailure string
+	// Sequence, if set, puts the job in the sequence of that key: the
+	// jobs of one sequence run one at a time, in the order they were
+	// inserted (committed), a retrying one keeping its place. At most
+	// SequenceKeyMax bytes. Defaults to none.
+	Sequence string
+	// SequenceOnDead is what the job does when the one before it in its
+	// sequence is dead: SequenceDeadBlock (wait, the default) or
+	// SequenceDeadContinue.
+	SequenceOnDead string
+	// Batch, if set, adds the job to an open batch (NewBatch, InsertBatch).
+	// Defaults to none.
+	Batch int64
+	// PayloadLimits are what the payload is checked against before it is
+	// sent, with an error wrapping ErrPayloadLimit. The table checks its
+	// own limits as the row is written (TablePayloadLimits): raise both to
+	// enqueue larger payloads. Each zero field defaults to the table's
+	// default, PayloadMaxBytesDefault and PayloadMaxDepthDefault.
+	PayloadLimits PayloadLimits
 }
 
 // InsertParams is one job of InsertMany.
@@ -85,10 +136,64 @@ type insertRow struct {
 	maxAttempts          int32
 	uniqueKey            *string
 	uniqueStates         []string
+	tags, metadata       *string // tags joined by U+001F; metadata as JSON
+
+	// Flows (see flows.go).
+	dependsOn                            []int64
+	depFailure, sequence, sequenceOnDead *string
+	batch                                *int64
+	hasDependents, inWorkflow            bool
 }
 
-func prepare(p InsertParams) (insertRow, error) {
-	r := insertRow{queue: p.Queue, kind: p.Kind, priority: p.Priority, maxAttempts: int32(p.MaxAttempts)}
+// Bounds of InsertOpts.Tags and InsertOpts.Metadata (the table's trigger
+// fila_jobs_tags_metadata_valid holds them too).
+const (
+	TagsMax          = 32
+	TagMaxLen        = 100
+	MetadataMaxBytes = 16 << 10
+)
+
+// prepareTags checks and encodes a job's tags and metadata.
+func prepareTags(r *insertRow, o InsertOpts) error {
+	if len(o.Tags) > 0 {
+		if len(o.Tags) > TagsMax {
+			return fmt.Errorf("%d tags: at most %d", len(o.Tags), TagsMax)
+		}
+		for _, t := range o.Tags {
+			n := utf8.RuneCountInString(t)
+			if n < 1 || n > TagMaxLen || !utf8.ValidString(t) || strings.ContainsFunc(t, unicode.IsControl) {
+				return fmt.Errorf("tag %q: 1 to %d characters, valid UTF-8, no control characters", t, TagMaxLen)
+			}
+		}
+		joined := strings.Join(o.Tags, "\x1f")
+		r.tags = &joined
+	}
+	metadata, err := withPolicy(o)
+	if err != nil {
+		return err
+	}
+	if metadata != nil {
+		b, err := json.Marshal(metadata)
+		if err != nil {
+			return fmt.Errorf("metadata: %w", err)
+		}
+		if len(b) > MetadataMaxBytes {
+			return fmt.Errorf("metadata: %d bytes of JSON, at most %d", len(b), MetadataMaxBytes)
+		}
+		if err := storableJSON(b); err != nil {
+			return fmt.Errorf("metadata %w", err)
+		}
+		md := string(b)
+		r.metadata = &md
+	}
+	return nil
+}
+
+func prepare(p InsertParams) (insertRow, error) { return prepareWith(p, false) }
+
+// prepareWith prepares a job, of a workflow (InsertWorkflow) or not.
+func prepareWith(p InsertParams, inWorkflow bool) (insertRow, error) {
+	r := insertRow{queue: p.Queue, kind: p.Kind, priority: p.Priority, maxAttempts: int32(p.MaxAttempts), inWorkflow: inWorkflow}
 	if r.queue == "" {
 		r.queue = "default"
 	}
@@ -111,6 +216,16 @@ func prepare(p InsertParams) (insertRow, error) {
 	if err := prepareUnique(&r, p.InsertOpts); err != nil {
 		return r, err
 	}
+	if err := prepareTags(&r, p.InsertOpts); err != nil {
+		return r, err
+	}
+	if err := prepareFlow(&r, p.InsertOpts); err != nil {
+		return r, err
+	}
+	limits := p.PayloadLimits.WithDefaults()
+	if err := limits.Validate(); err != nil {
+		return r, err
+	}
 	var raw []byte
 	switch v := p.Payload.(type) {
 	case nil:
@@ -128,6 +243,9 @@ func prepare(p InsertParams) (insertRow, error) {
 		raw = b
 	}
 	if err := storableJSON(raw); err != nil {
+		return r, fmt.Errorf("payload of kind %q %w", r.kind, err)
+	}
+	if err := limits.Check(raw); err != nil {
 		return r, fmt.Errorf("payload of kind %q %w", r.kind, err)
 	}
 	r.payload = string(raw)
@@ -192,7 +310,7 @@ func InsertMany(ctx context.Context, db DB, jobs []InsertParams) ([]int64, error
 		return nil, nil
 	}
 	rows := make([]insertRow, len(jobs))
-	unique := false
+	unique, flows := false, false
 	for i, j := range jobs {
 		r, err := prepare(j)
 		if err != nil {
@@ -200,14 +318,26 @@ func InsertMany(ctx context.Context, db DB, jobs []InsertParams) ([]int64, error
 		}
 		rows[i] = r
 		unique = unique || r.uniqueKey != nil
+		flows = flows || r.hasFlow()
 	}
-	if unique {
-		return insertEach(ctx, db, rows)
+	var (
+		ids []int64
+		err error
+	)
+	c, canCopy := db.(copier)
+	switch {
+	case flows:
+		// Jobs with flows, and those around them, in one statement of
+		// their own: the plain paths keep their columns.
+		ids, err = insertFlowRows(ctx, db, rows, nil)
+	case unique:
+		ids, err = insertEach(ctx, db, rows)
+	case canCopy && len(rows) >= InsertManyCopyMin:
+		ids, err = insertCopy(ctx, db, c, rows)
+	default:
+		ids, err = insertStatement(ctx, db, rows)
 	}
-	if c, ok := db.(copier); ok && len(rows) >= InsertManyCopyMin {
-		return insertCopy(ctx, db, c, rows)
-	}
-	return insertStatement(ctx, db, rows)
+	return ids, payloadLimitError(err)
 }
 
 // copier is the part of pgxpool.Pool, pgx.Conn and pgx.Tx that writes COPY.
@@ -220,10 +350,12 @@ func insertStatement(ctx context.Context, db DB, rows []insertRow) ([]int64, err
 	queues, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
 	prios, maxes := make([]int16, n), make([]int32, n)
 	runAts := make([]*time.Time, n)
+	tags, metadata := make([]*string, n), make([]*string, n)
 	for i, r := range rows {
 		queues[i], kinds[i], payloads[i], prios[i], runAts[i], maxes[i] = r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts
+		tags[i], metadata[i] = r.tags, r.metadata
 	}
-	res, err := db.Query(ctx, insertManySQL, queues, kinds, payloads, prios, runAts, maxes)
+	res, err := db.Query(ctx, insertManySQL, queues, kinds, payloads, prios, runAts, maxes, tags, metadata)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d jobs: %w", n, err)
 	}
@@ -258,6 +390,11 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 			scheduled++
 		}
 	}
+	// Tags and metadata travel only when some job has them.
+	var labelled bool
+	for _, r := range rows {
+		labelled = labelled || r.tags != nil || r.metadata != nil
+	}
 	var now time.Time
 	if scheduled > 0 {
 		columns = append(columns, "run_at")
@@ -267,15 +404,29 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 			}
 		}
 	}
+	if labelled {
+		columns = append(columns, "tags", "metadata")
+	}
 	values := make([]any, len(columns))
 	src := pgx.CopyFromSlice(n, func(i int) ([]any, error) {
 		r := rows[i]
 		values[0], values[1], values[2], values[3], values[4], values[5] = ids[i], r.queue, r.kind, r.payload, r.priority, r.maxAttempts
+		next := 6
 		if scheduled > 0 {
 			if r.runAt != nil {
-				values[6] = *r.runAt
+				values[next] = *r.runAt
 			} else {
-				values[6] = now
+				values[next] = now
+			}
+			next++
+		}
+		if labelled {
+			values[next], values[next+1] = nil, nil
+			if r.tags != nil {
+				values[next] = strings.Split(*r.tags, "\x1f")
+			}
+			if r.metadata != nil {
+				values[next+1] = json.RawMessage(*r.metadata)
 			}
 		}
 		return values, nil

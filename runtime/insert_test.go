@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -414,4 +415,98 @@ func BenchmarkInsertMany100k(b *testing.B) {
 	b.ReportMetric(per(plainCopy), "copy_jobs/s")
 	b.ReportMetric(per(statement), "statement_jobs/s")
 	b.ReportMetric(plainCopy.Seconds()/insertMany.Seconds(), "insertmany/copy")
+}
+
+// TestJSONShapeMatchesPostgres: the size the insert API checks before
+// sending a payload is the size PostgreSQL prints it at, which the table's
+// trigger checks, and the depth is the trigger's depth.
+func TestJSONShapeMatchesPostgres(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	for _, sample := range []string{
+		`{}`, `[]`, `7`, `"x"`, `null`,
+		`{"a":1,"b":[1,2,{"c":null}],"d":{}}`,
+		"{\n  \"a\" : [ 1 ,\t2 ],\r\n  \"b\": { \"c\": [ [ ] ] }\n}",
+		`["a\"b\\c\/d\n\t\b\f\r\u0001\u001f\u00e9\u20ac\ud83d\ude00é€😀 ", "\u0041\u005c"]`,
+		`[true,false,null,-2,3.25,0.5,1000000]`,
+		`{"z":"last","a":"first","mm":[{"k":"v"}]}`,
+		`[[[[[[[[[[1]]]]]]]]]]`,
+	} {
+		size, depth := jsonShape([]byte(sample))
+		var pgSize, pgDepth int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT octet_length(p::text),
+			(SELECT coalesce(max(d), 0) FROM generate_series(1, 64) d
+			 WHERE jsonb_path_exists(p, ('strict $.**{' || (d - 1) || '} ? (@.type() == "array" || @.type() == "object")')::jsonpath))
+			FROM (SELECT $1::text::jsonb AS p) x`, sample).Scan(&pgSize, &pgDepth))
+		require.Equal(t, pgSize, size, "size of %s", sample)
+		require.Equal(t, pgDepth, depth, "depth of %s", sample)
+	}
+}
+
+// BenchmarkPayloadLimitsTrigger measures what the table's payload trigger
+// (migration 0017) costs an insert, against the same table with the
+// trigger disabled, alternating which goes first: InsertMany of 5 000 jobs
+// (COPY) and 500 single-row Inserts, for payloads of a few sizes. Payloads
+// stored in at most 8 KiB are decided by the trigger's WHEN clause alone;
+// larger ones are printed and measured.
+//
+//	go test -run '^$' -bench PayloadLimitsTrigger -benchtime 5x ./runtime/
+func BenchmarkPayloadLimitsTrigger(b *testing.B) {
+	line := `{"sku": "SKU-00042", "qty": 3, "price": 19.9, "name": "Product number 42"}`
+	payloads := []struct {
+		name    string
+		payload string
+	}{
+		{"empty", `{}`},
+		{"300B", `{"user_id": 123456, "email": "ana.maria@example.com", "template": "welcome", "locale": "pt-BR", "vars": {"name": "Ana Maria", "plan": "pro", "trial_days": 14, "links": ["https://example.com/a", "https://example.com/b"]}, "request_id": "7f3a9c2e-1b4d-4e8f-9a6b-2c5d8e1f0a3b"}`},
+		{"2KB", `{"order": 991, "lines": [` + strings.Repeat(line+", ", 25) + line + `]}`},
+		{"16KB", `{"order": 991, "lines": [` + strings.Repeat(line+", ", 200) + line + `]}`},
+	}
+	for _, p := range payloads {
+		b.Run(p.name, func(b *testing.B) {
+			_, pool, _ := insertDB(b)
+			ctx := context.Background()
+			const many, single = 5000, 500
+			jobs := make([]InsertParams, many)
+			for i := range jobs {
+				jobs[i] = InsertParams{Kind: "bench", Payload: json.RawMessage(p.payload)}
+			}
+			var manyOn, manyOff, singleOn, singleOff time.Duration
+			run := func(enabled bool) {
+				state := "DISABLE"
+				if enabled {
+					state = "ENABLE"
+				}
+				_, err := pool.Exec(ctx, "ALTER TABLE fila_jobs "+state+" TRIGGER fila_jobs_payload_limits")
+				require.NoError(b, err)
+				_, err = pool.Exec(ctx, "TRUNCATE fila_jobs")
+				require.NoError(b, err)
+				begin := time.Now()
+				_, err = InsertMany(ctx, pool, jobs)
+				require.NoError(b, err)
+				m := time.Since(begin)
+				begin = time.Now()
+				for range single {
+					_, err := Insert(ctx, pool, "bench", json.RawMessage(p.payload), nil)
+					require.NoError(b, err)
+				}
+				s := time.Since(begin)
+				if enabled {
+					manyOn, singleOn = manyOn+m, singleOn+s
+				} else {
+					manyOff, singleOff = manyOff+m, singleOff+s
+				}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				run(i%2 == 0)
+				run(i%2 != 0)
+			}
+			b.ReportMetric(float64(many*b.N)/manyOn.Seconds(), "copy-jobs/s")
+			b.ReportMetric(manyOff.Seconds()/manyOn.Seconds(), "copy-ratio")
+			b.ReportMetric(float64(single*b.N)/singleOn.Seconds(), "single-jobs/s")
+			b.ReportMetric(singleOff.Seconds()/singleOn.Seconds(), "single-ratio")
+		})
+	}
 }

@@ -11,9 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/fila-run/fila/claimer"
 )
 
@@ -32,14 +29,83 @@ type Job struct {
 	// Wait is how long the job waited to be claimed, from the later of its
 	// creation and its run_at, on the database clock.
 	Wait time.Duration
+	// Metadata is what the inserter attached to the job (InsertOpts.Metadata,
+	// insert middleware such as a trace context), a JSON object; nil when
+	// none. Tags are its tags.
+	Metadata json.RawMessage
+	Tags     []string
 
 	completedInTx atomic.Bool
+	ownedUntil    atomic.Int64  // see OwnedUntil: nanoseconds since monoBase
+	renewed       chan struct{} // see Renewed; capacity 1
+	output        []byte        // see SetOutput; set by the handler's goroutine only
+}
+
+// OutputMax bounds what SetOutput records, in bytes of JSON.
+const OutputMax = claimer.OutputMax
+
+// ErrOutputTooLarge is wrapped by SetOutput's error for a value whose JSON
+// is longer than OutputMax.
+var ErrOutputTooLarge = errors.New("fila: job output too large")
+
+// SetOutput records v, as JSON, to be stored as the job's output when the
+// attempt succeeds (with its completion, or by CompleteTx), for operators
+// (fila jobs show, the dashboard) and for the jobs that follow it. The last
+// call before the handler returns wins; nil records nothing. Outputs are
+// small: at most OutputMax bytes of JSON, or an error wrapping
+// ErrOutputTooLarge. A failed attempt's output is not kept.
+func (j *Job) SetOutput(v any) error {
+	if v == nil {
+		j.output = nil
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("job %d output: %w", j.ID, err)
+	}
+	if len(b) > OutputMax {
+		return fmt.Errorf("job %d output: %w: %d bytes of JSON, at most %d", j.ID, ErrOutputTooLarge, len(b), OutputMax)
+	}
+	j.output = b
+	return nil
 }
 
 func newJob(cj *claimer.Job) *Job {
 	return &Job{ID: cj.ID, Queue: cj.Queue, Kind: cj.Kind, Payload: cj.Payload, Priority: cj.Priority,
 		Attempt: cj.Attempt.Attempt, MaxAttempts: cj.MaxAttempts, CreatedAt: cj.CreatedAt,
-		StartedAt: cj.StartedAt, Wait: cj.Wait}
+		StartedAt: cj.StartedAt, Wait: cj.Wait, Metadata: cj.Metadata, Tags: cj.Tags, renewed: make(chan struct{}, 1)}
+}
+
+// monoBase is the origin of the job's local deadlines: a time.Time with a
+// monotonic reading, so a deadline never moves with the wall clock.
+var monoBase = time.Now()
+
+// OwnedUntil is the local time at which this worker stops owning the
+// attempt unless it renews the lease first. At that moment the handler's
+// context is cancelled with ErrLeaseLost, whether or not the database can
+// be reached: a worker cut off from it, or whose heartbeats find the row
+// locked, stops before the lease it can no longer prove runs out and
+// another worker may start the job. It is counted from before the
+// statement that last extended the lease was sent, minus a margin of a
+// sixth of Config.Lease. Each renewal moves it later (see Renewed).
+// Anything a handler starts that could outlive it, such as a child
+// process, must end by then; `fila work --exec` hands it to a guard that
+// kills the command's whole tree even while the worker itself is frozen.
+func (j *Job) OwnedUntil() time.Time {
+	return monoBase.Add(time.Duration(j.ownedUntil.Load()))
+}
+
+// Renewed receives a value (one for several, if they come faster than they
+// are read) each time a heartbeat moves OwnedUntil later.
+func (j *Job) Renewed() <-chan struct{} { return j.renewed }
+
+// setOwnedUntil moves OwnedUntil to t and says so on Renewed.
+func (j *Job) setOwnedUntil(t time.Time) {
+	j.ownedUntil.Store(int64(t.Sub(monoBase)))
+	select {
+	case j.renewed <- struct{}{}:
+	default:
+	}
 }
 
 // IdempotencyKey is a key for the job's external effects that stays the same
@@ -48,10 +114,12 @@ func newJob(cj *claimer.Job) *Job {
 func (j *Job) IdempotencyKey() string { return "fila-job-" + strconv.FormatInt(j.ID, 10) }
 
 // Decode unmarshals the payload into v. A payload that does not fit is a
-// permanent error: retrying cannot fix it. So is a JSON null payload (which
-// only a plain SQL insert can store) decoded into a struct or a map:
-// json.Unmarshal would leave v untouched and the handler would run on zero
-// values.
+// permanent error: retrying cannot fix it. So is a JSON null payload decoded
+// into a struct or a map: json.Unmarshal would leave v untouched and the
+// handler would run on zero values. The table accepts null like any JSON
+// value: from a plain SQL insert, `fila enqueue --payload null`, or an
+// Insert whose payload marshals to null (a nil pointer or map,
+// json.RawMessage("null")); only a nil payload becomes {}.
 func (j *Job) Decode(v any) error {
 	if string(bytes.TrimSpace(j.Payload)) == "null" && wantsObject(v) {
 		return Permanent(fmt.Errorf("payload of job %d (kind %q) is null, not a JSON object", j.ID, j.Kind))
@@ -96,6 +164,39 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// snoozeError asks for the job to run again after d.
+type snoozeError struct{ d time.Duration }
+
+func (e snoozeError) Error() string { return fmt.Sprintf("fila: snoozed for %s", e.d) }
+
+// Snooze returns an error that, returned by a handler, puts the job back to
+// pending to run again in d (at once for d <= 0), without spending an
+// attempt: the handler waits for something outside the job (a resource
+// not ready yet, a window not open yet), nothing failed. Its errors and
+// last_error are left as they were. A job may snooze any number of times.
+func Snooze(d time.Duration) error { return snoozeError{max(d, 0)} }
+
+// retryAfterError is a failure whose retry is due after d.
+type retryAfterError struct {
+	err error
+	d   time.Duration
+}
+
+func (e retryAfterError) Error() string { return e.err.Error() }
+func (e retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter wraps err, a handler's failure, so that its retry is due after
+// d rather than after the backoff: an upstream's Retry-After, say. It is a
+// failed attempt like any other, counted against max_attempts (after the
+// last one the job is dead), and err is its error. Permanent(err) inside
+// or around it still makes the job dead at once.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return retryAfterError{err: err, d: max(d, 0)}
+}
+
 // ErrLeaseLost is the cause of a handler's context cancellation when the
 // worker no longer owns the attempt (its lease expired and the job was
 // rescued, or a heartbeat could not be written in time). The handler should
@@ -117,12 +218,10 @@ var ErrCancelled = errors.New("fila: job cancelled")
 var ErrNotOwner = claimer.ErrNotOwner
 
 // DB is what the insert and job functions need: a *pgxpool.Pool, a
-// *pgx.Conn or a pgx.Tx (to act inside the caller's transaction).
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// *pgx.Conn or a pgx.Tx (to act inside the caller's transaction). It is the
+// store's own interface, so a transaction handed to runtime reaches claimer
+// (CompleteTx) as it is.
+type DB = claimer.DB
 
 // CompleteTx marks job completed inside tx, the handler's own transaction, so
 // the handler's effect and the completion commit together or not at all. It
@@ -132,9 +231,67 @@ type DB interface {
 // tx before returning nil (a rolled-back completion leaves the job to be
 // rescued when its lease expires, and run again).
 func CompleteTx(ctx context.Context, tx DB, job *Job) error {
-	if err := claimer.CompleteTx(ctx, tx, job.attempt()); err != nil {
+	if err := claimer.CompleteTx(ctx, tx, job.attempt(), job.output); err != nil {
 		return err
 	}
 	job.completedInTx.Store(true)
 	return nil
+}
+
+// IsSnooze reports whether err is a Snooze: the attempt is given back and
+// the job runs again later, nothing failed.
+func IsSnooze(err error) bool {
+	var s snoozeError
+	return errors.As(err, &s)
+}
+
+// OutcomeOf is what the runtime makes of a handler's return: err returned
+// for job, whose attempt's context is ctx. Middleware calls it after next
+// returns to name the attempt's outcome (OutcomeCompleted, OutcomeSnoozed,
+// OutcomeRetried, OutcomeDead, OutcomeCancelled, OutcomeLeaseLost,
+// OutcomeReleased) before it is written; the write itself may still find
+// the attempt no longer this worker's.
+func OutcomeOf(ctx context.Context, job *Job, err error) Outcome {
+	return handlerOutcome(job, err, context.Cause(ctx))
+}
+
+// handlerOutcome is OutcomeOf given the attempt's cancellation cause.
+func handlerOutcome(job *Job, err, cause error) Outcome {
+	res := mapResult(job, err, cause, noBackoff, RetryPolicy{})
+	switch res.kind {
+	case resultOK, resultCompletedInTx:
+		return OutcomeCompleted
+	case resultLeaseLost:
+		return OutcomeLeaseLost
+	case resultCancelled:
+		return OutcomeCancelled
+	case resultInterrupted:
+		return OutcomeReleased
+	case resultSnoozed:
+		return OutcomeSnoozed
+	}
+	if res.permanent || job.Attempt >= job.MaxAttempts {
+		return OutcomeDead
+	}
+	return OutcomeRetried
+}
+
+func noBackoff(int) time.Duration { return 0 }
+
+// commandEnvKey carries the variables of WithCommandEnv.
+type commandEnvKey struct{}
+
+// WithCommandEnv returns ctx with vars ("NAME=value") added to the
+// environment of the commands a handler starts: `fila work --exec` gives
+// them to each command. Middleware passes on this way what a command needs
+// to know of its attempt, such as its trace context (TRACEPARENT).
+func WithCommandEnv(ctx context.Context, vars ...string) context.Context {
+	prev := CommandEnv(ctx)
+	return context.WithValue(ctx, commandEnvKey{}, append(prev[:len(prev):len(prev)], vars...))
+}
+
+// CommandEnv is the environment WithCommandEnv added to ctx, nil for none.
+func CommandEnv(ctx context.Context) []string {
+	v, _ := ctx.Value(commandEnvKey{}).([]string)
+	return v
 }

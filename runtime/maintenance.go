@@ -40,8 +40,8 @@ const sqlVacuum = `VACUUM (SKIP_LOCKED) fila_jobs`
 const sqlOwnsJobs = `SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = 'fila_jobs'::regclass`
 
 // maintenanceLoop deletes finished jobs past their retention, vacuums the
-// table after churn, writes this worker's per-minute counts and refreshes
-// its row in fila_workers. Retention runs only after this worker completed
+// table after churn, writes this worker's per-minute counts and forgets
+// the rows of workers gone for long. Retention runs only after this worker completed
 // jobs (or once an hour), so an idle worker costs almost no queries; when
 // it runs, it deletes until it has caught up, so it keeps up with any
 // completion rate. The churn is checked every tick, so a worker that starts
@@ -73,9 +73,12 @@ func (r *Runtime) maintenanceLoop(ctx context.Context) error {
 		if (undeleted > 0 && time.Since(lastRetention) >= retentionEvery) || time.Since(lastRetention) >= time.Hour {
 			undeleted = 0
 			lastRetention = time.Now()
-			deleted := r.retention(ctx, "completed", r.cfg.Retention)
-			deleted += r.retention(ctx, "dead", r.cfg.DeadRetention)
-			deleted += r.retention(ctx, "cancelled", r.cfg.DeadRetention)
+			deleted := r.retention(ctx, StateCompleted, r.cfg.Retention)
+			deleted += r.retention(ctx, StateDead, r.cfg.DeadRetention)
+			deleted += r.retention(ctx, StateCancelled, r.cfg.DeadRetention)
+			if len(r.rates) > 0 {
+				r.rateRetention(ctx)
+			}
 			churn += deleted
 			retentionEvery = maintenanceEvery
 			if deleted >= retentionBatch {
@@ -94,7 +97,7 @@ func (r *Runtime) mayVacuum(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var owns bool
-	if err := r.control.QueryRow(cctx, sqlOwnsJobs).Scan(&owns); err != nil {
+	if err := r.store.QueryRow(cctx, sqlOwnsJobs, nil, &owns); err != nil {
 		return false
 	}
 	if !owns {
@@ -143,6 +146,23 @@ func (r *Runtime) retention(ctx context.Context, state string, keep time.Duratio
 			zap.Duration("retention", keep))
 	}
 	return total
+}
+
+// rateRetention deletes the starts of rate-limited kinds no claim counts
+// any more, in batches, until none is left.
+func (r *Runtime) rateRetention(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := r.store.DeleteRateStarts(ctx, retentionBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Error("deleting past rate-limit starts failed; will retry", zap.Error(err))
+			}
+			return
+		}
+		if n < retentionBatch {
+			return
+		}
+	}
 }
 
 // producer returns the producer of queue, or nil.

@@ -136,6 +136,8 @@ SELECT 'bulk', 'completed', 1, now(), now() FROM generate_series(1, 20000)`)
 		"dead":      "fila_jobs_dead_idx",
 		"cancelled": "fila_jobs_cancelled_idx",
 		"completed": "fila_jobs_pkey|fila_jobs_finished_idx",
+		"scheduled": "fila_jobs_pending_idx|fila_jobs_scheduled_idx",
+		"retrying":  "fila_jobs_pending_idx|fila_jobs_scheduled_idx",
 		"":          "fila_jobs_pkey",
 	} {
 		plan := explainList(t, db, state)
@@ -493,6 +495,18 @@ func TestCancelledRunningJobIsStopped(t *testing.T) {
 	require.Empty(t, j.LastError, "no outcome is written for a cancelled attempt")
 	require.Empty(t, j.Errors)
 	require.NotNil(t, j.FinishedAt)
+	// The table keeps the cancelled attempt's lease, by which a retry
+	// waits; it is no one's lease, and is not shown as one.
+	require.Nil(t, j.LeaseUntil, "a cancelled job shows no lease")
+	var kept *time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT lease_until FROM fila_jobs WHERE id = $1`, id).Scan(&kept))
+	require.NotNil(t, kept)
+	listed, err := runtime.ListJobs(ctx, db.Pool, runtime.JobFilter{State: "cancelled"})
+	require.NoError(t, err)
+	require.Nil(t, listed[0].LeaseUntil)
+	preview, err := runtime.PreviewJob(ctx, db.Pool, id, 0)
+	require.NoError(t, err)
+	require.Nil(t, preview.LeaseUntil)
 }
 
 // TestRetryAfterCancelNeverRunsTwiceAtOnce: retrying a job the moment it
@@ -531,4 +545,98 @@ func TestRetryAfterCancelNeverRunsTwiceAtOnce(t *testing.T) {
 	t.Logf("completed %s after the retry (lease 3s)", time.Since(retried).Round(time.Millisecond))
 	require.EqualValues(t, 2, starts.Load())
 	require.EqualValues(t, 1, most.Load(), "the job ran twice at once")
+}
+
+// The scheduled and retrying views of the pending state: due later
+// (scheduled ahead, or waiting out a retry backoff), and pending again
+// after a failed attempt.
+func TestListJobsScheduledAndRetrying(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	seed := func(attempts int, runAt string) int64 {
+		var id int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, attempts, run_at, last_error)
+			VALUES ('k', $1::int, now() + $2::interval, CASE WHEN $1::int > 0 THEN 'failed' END) RETURNING id`, attempts, runAt).Scan(&id))
+		return id
+	}
+	due := seed(0, "0 seconds")
+	ahead := seed(0, "1 hour")
+	backoff := seed(1, "1 minute")
+	dueRetry := seed(2, "-1 second")
+	seedJobInState(t, db, "k", "default", "dead")
+	for state, want := range map[string][]int64{
+		"pending":   {dueRetry, backoff, ahead, due},
+		"scheduled": {backoff, ahead},
+		"retrying":  {dueRetry, backoff},
+	} {
+		got, err := runtime.ListJobs(ctx, db.Pool, runtime.JobFilter{State: state})
+		require.NoError(t, err)
+		require.Equal(t, want, rowIDs(got), state)
+		for _, j := range got {
+			require.Equal(t, "pending", j.State, "a view shows the job's own state")
+		}
+	}
+	require.Equal(t, []string{"waiting", "pending", "running", "completed", "dead", "cancelled", "scheduled", "retrying"}, runtime.ListStates())
+}
+
+// CancelWhere and DeleteWhere change the jobs a filter selects, in one
+// statement, and refuse the states they cannot change.
+func TestCancelWhereAndDeleteWhere(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	mail1 := seedJobInState(t, db, "mail", "default", "pending")
+	mail2 := seedJobInState(t, db, "mail", "default", "pending")
+	other := seedJobInState(t, db, "sms", "default", "pending")
+	running := seedJobInState(t, db, "mail", "default", "running")
+	elsewhere := seedJobInState(t, db, "mail", "bulk", "pending")
+
+	res, err := runtime.CancelWhere(ctx, db.Pool, runtime.JobFilter{State: "pending", Kind: "mail", Queue: "default"})
+	require.NoError(t, err)
+	require.Equal(t, []runtime.JobChange{{ID: mail1, From: "pending"}, {ID: mail2, From: "pending"}}, res.Changed)
+	require.Empty(t, res.Skipped)
+	res, err = runtime.CancelWhere(ctx, db.Pool, runtime.JobFilter{State: "running"})
+	require.NoError(t, err)
+	require.Equal(t, []runtime.JobChange{{ID: running, From: "running"}}, res.Changed)
+	for id, want := range map[int64]string{mail1: "cancelled", mail2: "cancelled", running: "cancelled", other: "pending", elsewhere: "pending"} {
+		j, err := runtime.GetJob(ctx, db.Pool, id)
+		require.NoError(t, err)
+		require.Equal(t, want, j.State, "job %d", id)
+	}
+	res, err = runtime.CancelWhere(ctx, db.Pool, runtime.JobFilter{State: "pending", Kind: "mail", Limit: 5})
+	require.NoError(t, err)
+	require.Equal(t, []int64{elsewhere}, res.IDs())
+
+	// Deleted: the two oldest cancelled jobs of kind mail below an id.
+	res, err = runtime.DeleteWhere(ctx, db.Pool, runtime.JobFilter{State: "cancelled", Kind: "mail", BeforeID: elsewhere, Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []runtime.JobChange{{ID: mail1, From: "cancelled"}, {ID: mail2, From: "cancelled"}}, res.Changed)
+	_, err = runtime.GetJob(ctx, db.Pool, mail1)
+	require.ErrorIs(t, err, runtime.ErrJobNotFound)
+	_, err = runtime.GetJob(ctx, db.Pool, running)
+	require.NoError(t, err, "outside the limit")
+
+	for _, bad := range []struct {
+		cancel bool
+		f      runtime.JobFilter
+		want   string
+	}{
+		{true, runtime.JobFilter{}, "give the state of the jobs to cancel"},
+		{true, runtime.JobFilter{State: "dead"}, "dead jobs are finished already"},
+		{true, runtime.JobFilter{State: "lost"}, `state "lost" is unknown`},
+		{true, runtime.JobFilter{State: "pending", Queue: "a b"}, "queue name"},
+		{false, runtime.JobFilter{}, "give the state of the jobs to delete"},
+		{false, runtime.JobFilter{State: "running"}, "running jobs cannot be deleted: cancel them first"},
+		{false, runtime.JobFilter{State: "completed"}, "completed jobs are deleted by retention"},
+		{false, runtime.JobFilter{State: "dead", Limit: -1}, "Limit -1 is negative"},
+	} {
+		var err error
+		if bad.cancel {
+			_, err = runtime.CancelWhere(ctx, db.Pool, bad.f)
+		} else {
+			_, err = runtime.DeleteWhere(ctx, db.Pool, bad.f)
+		}
+		require.ErrorContains(t, err, bad.want, "%+v", bad.f)
+	}
 }

@@ -127,9 +127,9 @@ func (r *Runtime) flushMinutes(ctx context.Context) {
 		queues, completed, failed, sums = append(queues, q), append(completed, c.completed), append(failed, c.failed), append(sums, c.sumMs)
 		buckets = append(buckets, joinInts(c.buckets))
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := r.control.Exec(cctx, sqlMinutesAdd, r.registry.id, queues, completed, failed, buckets, sums); err != nil {
+	if _, err := r.store.Exec(cctx, sqlMinutesAdd, r.registry.id, queues, completed, failed, buckets, sums); err != nil {
 		r.log.Warn("cannot write this minute's counts to fila_minutes; they are kept for the next minute", zap.Error(err))
 		r.rollup.mu.Lock()
 		for q, c := range counts {

@@ -26,6 +26,7 @@ const (
 	OutcomeLeaseLost Outcome = "lease_lost" // its lease was lost; its result was discarded
 	OutcomeReleased  Outcome = "released"   // interrupted by a hard stop and given back, not counted
 	OutcomeFenced    Outcome = "fenced"     // its outcome was refused: the attempt was no longer this worker's
+	OutcomeSnoozed   Outcome = "snoozed"    // the handler asked to run later (Snooze): pending again, its attempt given back
 )
 
 // Observer receives what a runtime does, for metrics. Its methods are called

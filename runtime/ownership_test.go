@@ -153,6 +153,9 @@ func TestHandlerReturningAfterRunReturnedIsHarmless(t *testing.T) {
 		return errors.New("too late")
 	}})
 	cfg.HardStopGrace = 100 * time.Millisecond
+	cfg.Lease = 2 * time.Second
+	core, logs := observer.New(zapcore.WarnLevel)
+	cfg.Logger = zap.New(zapcore.NewTee(cfg.Logger.Core(), core))
 	rt, err := runtime.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -162,13 +165,22 @@ func TestHandlerReturningAfterRunReturnedIsHarmless(t *testing.T) {
 	id, err := runtime.Insert(context.Background(), db.Pool, "deaf", nil, nil)
 	require.NoError(t, err)
 	<-started
+	claimed := time.Now()
 	cancel() // a hard stop
-	require.NoError(t, <-errc)
+	// Run says the attempt it gave up on has no outcome.
+	err = <-errc
+	require.ErrorIs(t, err, runtime.ErrOutcomesNotWritten)
+	require.Contains(t, err.Error(), ": 1 job;")
 	close(release)
 	<-returned
 	state, attempts, _ := jobState(t, db, id)
 	require.Equal(t, "running", state, "the abandoned attempt is left to its lease")
 	require.Equal(t, 1, attempts)
+	// The attempt's deadline passes after Run returned: nothing of the
+	// runtime acts, or logs, any more.
+	deadline := claimed.Add(cfg.Lease)
+	waitFor(t, 10*time.Second, "the abandoned attempt's deadline passed", func() bool { return time.Now().After(deadline) })
+	require.Zero(t, logs.FilterMessageSnippet("lease not renewed").Len(), "a deadline fired after Run returned")
 }
 
 // When a stalled handler loses its lease and the same worker claims the job
@@ -180,19 +192,17 @@ func TestSameWorkerReclaimKeepsTheNewAttemptOwned(t *testing.T) {
 	ctx := context.Background()
 	lease := time.Second
 	firstRelease := make(chan struct{})
-	var firstReturned atomic.Bool
+	firstReturned := make(chan struct{})
 	attempts := make(chan int, 4)
 	cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(ctx context.Context, j *runtime.Job) error {
 		attempts <- j.Attempt
 		if j.Attempt == 1 {
 			<-firstRelease // stalled, deaf to cancellation
-			firstReturned.Store(true)
+			close(firstReturned)
 			return nil
 		}
 		// The second attempt runs for three leases after the first returned.
-		for !firstReturned.Load() {
-			time.Sleep(10 * time.Millisecond)
-		}
+		<-firstReturned
 		select {
 		case <-time.After(3 * lease):
 			return nil

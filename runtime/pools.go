@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
@@ -21,8 +22,8 @@ import (
 const pingIdleAfter = time.Minute
 
 // controlConns is the size of the pool Fila opens for its own statements
-// beside a Config.Pool: claims, outcomes (claimer.WriterParallelDefault
-// statements at once), heartbeats, maintenance and the scheduler.
+// beside a Config.Pool: claims, outcomes (one statement at a time, see
+// claimer.Writer), heartbeats, maintenance and the scheduler.
 const controlConns = 6
 
 // open connects, checks the database, and builds what needs it: the store,
@@ -40,7 +41,7 @@ func (r *Runtime) open(ctx context.Context) error {
 		cc.MaxConns, cc.MinConns = controlConns, 0
 		cc.ShouldPing = shouldPing
 		var err error
-		if r.control, err = pgxpool.NewWithConfig(ctx, cc); err != nil {
+		if r.control, err = r.readOnly.openPool(ctx, cc); err != nil {
 			return fmt.Errorf("connect: %w", err)
 		}
 		r.ownsControl = true
@@ -62,7 +63,7 @@ func (r *Runtime) open(ctx context.Context) error {
 		// enough that a server or pooler may have dropped them; a claim on
 		// a dropped connection fails and is retried on a new one anyway.
 		pc.ShouldPing = shouldPing
-		r.pool, err = pgxpool.NewWithConfig(ctx, pc)
+		r.pool, err = r.readOnly.openPool(ctx, pc)
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
 		}
@@ -79,15 +80,20 @@ func (r *Runtime) open(ctx context.Context) error {
 	if err := r.control.Ping(pingCtx); err != nil {
 		return fail(fmt.Errorf("cannot reach the database: %w", err))
 	}
-	if err := migrations.Check(pingCtx, r.control); err != nil {
+	r.store = claimer.New(r.control)
+	r.store.SetLogger(r.log.Named("store"))
+	r.checkSession(pingCtx)
+	// Through the store: under a tiny statement_timeout this first read of
+	// a table must carry its own, as every later statement does.
+	if err := untilNoSessionTimeout(pingCtx, func() error { return migrations.Check(pingCtx, storeQuerier{r.store}) }); err != nil {
 		return fail(err)
 	}
-	r.store = claimer.New(r.control)
 	if r.cfg.Pool != nil || !pgconfig.NamesExecMode(r.cfg.DSN) {
 		r.setHotPathMode(pingCtx)
 	}
 	r.registry = newRegistry(r)
-	if err := r.registry.registerKinds(pingCtx); err != nil {
+	r.store.SetWorker(r.registry.id)
+	if err := untilNoSessionTimeout(pingCtx, func() error { return r.registry.registerKinds(pingCtx) }); err != nil {
 		return fail(err)
 	}
 	if r.cfg.Mode == ModePoll {
@@ -109,6 +115,29 @@ func (r *Runtime) open(ctx context.Context) error {
 	r.source = src
 	r.ctlMu.Unlock()
 	return nil
+}
+
+// untilNoSessionTimeout runs fn, a statement of the start-up, again while
+// the session's own statement_timeout cancels it, backing off, until ctx
+// ends. The store then sets its own timeout, but the BEGIN and set_config
+// that do so still run under the session's: with a timeout of a few
+// milliseconds on a saturated machine, those alone can run out of time,
+// and a worker that gave up there never started (one of six, starting
+// beside a load average of 15).
+func untilNoSessionTimeout(ctx context.Context, fn func() error) error {
+	wait := 10 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !claimer.IsSessionTimeout(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // setHotPathMode sets the statement mode of Fila's hot path: prepared
@@ -138,6 +167,41 @@ func (r *Runtime) setHotPathMode(ctx context.Context) {
 	r.store.SetStatementMode(mode)
 	r.log.Debug("hot path statements", zap.Bool("direct", direct), zap.Stringer("mode", mode))
 }
+
+// checkSession makes the store set its isolation and statement timeouts
+// itself when the session's defaults are not READ COMMITTED and no
+// statement_timeout (see claimer.SetExplicitSession). A failure to read
+// them is left to the statements that follow: the store also switches at
+// the first statement those defaults fail.
+func (r *Runtime) checkSession(ctx context.Context) {
+	var iso, timeout string
+	if err := r.control.QueryRow(ctx, "SELECT current_setting('transaction_isolation'), current_setting('statement_timeout')").
+		Scan(&iso, &timeout); err != nil {
+		return
+	}
+	if iso != "read committed" || timeout != "0" {
+		r.store.SetExplicitSession(true)
+		r.log.Info("the database's session defaults do not suit Fila's statements: they set their own isolation and timeouts",
+			zap.String("default_isolation", iso), zap.String("statement_timeout", timeout))
+	}
+}
+
+// storeQuerier runs a migrations.Querier's statements through the store.
+type storeQuerier struct{ s *claimer.Store }
+
+func (q storeQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return storeRow{ctx: ctx, s: q.s, sql: sql, args: args}
+}
+
+// storeRow is a row read when it is scanned.
+type storeRow struct {
+	ctx  context.Context
+	s    *claimer.Store
+	sql  string
+	args []any
+}
+
+func (r storeRow) Scan(dest ...any) error { return r.s.QueryRow(r.ctx, r.sql, r.args, dest...) }
 
 // warmConns is how many connections of the control pool are opened at
 // start, at once: the first claim, the first outcome write and the
@@ -173,15 +237,34 @@ func shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
 	return p.IdleDuration > pingIdleAfter
 }
 
-// closePools closes the pools Fila opened.
+// closePools closes the pools Fila opened. After a stop the database did
+// not answer (Run's cleanup ran out of time), it waits at most
+// poolCloseWait and leaves the rest to a goroutine: a stop must not
+// outlast its deadline on connections that cannot be closed cleanly.
 func (r *Runtime) closePools() {
-	if r.ownsControl {
-		r.control.Close()
+	closeAll := func() {
+		if r.ownsControl {
+			r.control.Close()
+		}
+		if r.owns {
+			r.pool.Close()
+		}
 	}
-	if r.owns {
-		r.pool.Close()
+	if !r.closeInBackground.Load() {
+		closeAll()
+		return
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); closeAll() }()
+	select {
+	case <-done:
+	case <-time.After(poolCloseWait):
+		r.log.Warn("the database does not answer; its connections are closed in the background", zap.Duration("waited", poolCloseWait))
 	}
 }
+
+// poolCloseWait bounds closePools after a stop the database did not answer.
+const poolCloseWait = 500 * time.Millisecond
 
 // warnIfTriggerOff warns when a notify-mode worker starts while the insert
 // trigger's NOTIFY is switched off: it would learn of new jobs only from its

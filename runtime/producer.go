@@ -13,8 +13,9 @@ import (
 	"github.com/fila-run/fila/listener"
 )
 
-// claimTimeout bounds one claim statement, which is not cancelled by a stop.
-const claimTimeout = 30 * time.Second
+// claimTimeoutDefault bounds one claim statement, which is not cancelled
+// by a stop (Runtime.claimTimeout; tests of what follows a timeout lower it).
+const claimTimeoutDefault = 30 * time.Second
 
 // producer claims the jobs of one queue, within the queue's own concurrency
 // (and the runtime's MaxConcurrency when set), whenever there may be work:
@@ -30,43 +31,70 @@ type producer struct {
 	running atomic.Int32
 	freed   chan struct{} // a handler of this queue returned; capacity 1
 
-	// ModeNotify's sleeping and polling, used by run's goroutine only.
-	quiet       bool        // the mode in which producers notify only sleepers
-	asleep      bool        // this worker's row in fila_sleepers exists
-	busyPoll    *time.Timer // the next poll while not asleep; in ModeWAL, the next recheck
-	rechecks    int         // ModeWAL: rechecks armed since the last WAL wake's empty claim
-	pollEvery   time.Duration
-	empties     int // empty claims in a row while polling
-	windowStart time.Time
-	windowJobs  int // jobs claimed on notifications in the second since windowStart
+	// Used by run's goroutine only.
+	quiet    *quiet      // ModeNotify's sleeping and polling; nil in the other modes
+	wal      walRecheck  // ModeWAL's rechecks
+	busyPoll *time.Timer // the next poll while not asleep; in ModeWAL, the next recheck
 	// hint is the job the last notification named (listener.Hinter), taken
 	// when the wake source woke this producer and used by its next claim.
 	hint int64
+	// batchCap is the most jobs one claim takes: Config.ClaimBatch, halved
+	// after each claim that ran out of time (down to one job) and doubled
+	// back after claimsBeforeGrow claims in a row that did not. batchCap is
+	// read by Stats; the rest by run's goroutine only.
+	batchCap   atomic.Int32
+	goodClaims int
 }
+
+// claimsBeforeGrow is how many claims in a row must finish in time before a
+// claim cut short by timeouts takes twice as many jobs again.
+const claimsBeforeGrow = 20
 
 func newProducer(rt *Runtime, queue string) (*producer, error) {
 	poller, err := fallbackpoll.New(rt.cfg.pollConfig(queue))
 	if err != nil {
 		return nil, err
 	}
-	return &producer{rt: rt, queue: queue, limit: rt.cfg.concurrency(queue), poller: poller,
-		log: rt.log.With(zap.String("queue", queue)), freed: make(chan struct{}, 1),
-		quiet: rt.cfg.Mode == ModeNotify, pollEvery: busyPollMin}, nil
+	p := &producer{rt: rt, queue: queue, limit: rt.cfg.concurrency(queue), poller: poller,
+		log: rt.log.With(zap.String("queue", queue)), freed: make(chan struct{}, 1)}
+	if rt.cfg.Mode == ModeNotify {
+		p.quiet = newQuiet(rt.cfg.BusyRate)
+	}
+	p.batchCap.Store(int32(rt.cfg.ClaimBatch))
+	return p, nil
 }
 
-// Sleeping and polling in ModeNotify (see migration 0005): producers
-// notify a queue only while some worker sleeps on it. A producer sleeps
-// (waits for notifications) while jobs come slowly; when the claims that
-// notifications woke take more than Config.BusyRate jobs a second (the
-// notifications themselves are coalesced), it stops sleeping, so producers
-// stop paying for NOTIFY, and polls instead: busyPollMin after a claim that
-// found jobs, doubling up to busyPollMax after empty ones, and after
-// busyEmptyPolls empty claims in a row it tries to sleep again.
-const (
-	busyPollMin    = time.Millisecond
-	busyPollMax    = 100 * time.Millisecond
-	busyEmptyPolls = 6
-)
+// claimRanOutOfTime halves the claim's batch after a claim that timed out
+// (the database too slow for that many rows in one statement, or a
+// statement timeout Fila could not set aside): the same claim sent again
+// would time out again, and no job would ever run.
+func (p *producer) claimRanOutOfTime(ctx context.Context, err error) {
+	p.goodClaims = 0
+	old := int(p.batchCap.Load())
+	if old <= 1 {
+		return
+	}
+	p.batchCap.Store(int32(old / 2))
+	p.log.Warn("claim ran out of time; claiming fewer jobs per statement", zap.Int("claim_batch", old/2),
+		zap.Int("was", old), zap.Error(err))
+	p.rt.registry.update(ctx, p.rt.wakeState())
+}
+
+// claimInTime counts a claim that finished in time, and doubles a batch cut
+// by timeouts back after claimsBeforeGrow of them.
+func (p *producer) claimInTime(ctx context.Context) {
+	old := int(p.batchCap.Load())
+	if old >= p.rt.cfg.ClaimBatch {
+		return
+	}
+	if p.goodClaims++; p.goodClaims < claimsBeforeGrow {
+		return
+	}
+	p.goodClaims = 0
+	p.batchCap.Store(int32(min(2*old, p.rt.cfg.ClaimBatch)))
+	p.log.Info("claims finish in time again; claiming more jobs per statement", zap.Int("claim_batch", int(p.batchCap.Load())))
+	p.rt.registry.update(ctx, p.rt.wakeState())
+}
 
 // run claims until ctx ends. claimedOnce is called after the first claim.
 func (p *producer) run(ctx context.Context, claimedOnce func()) error {
@@ -89,7 +117,6 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	p.busyPoll.Stop()
 	defer p.busyPoll.Stop()
 	hinter, _ := p.rt.source.(listener.Hinter)
-	p.empties = busyEmptyPolls // try to sleep after the first empty claim
 	defer p.forgetSleep()
 	// A claim of one job per freed slot would cost a statement per job under
 	// load; once busy, wait until a tenth of the slots are free.
@@ -107,6 +134,9 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 				case ctx.Err() != nil:
 					return nil
 				case err != nil:
+					if claimer.IsTimeout(err) {
+						p.claimRanOutOfTime(ctx, err)
+					}
 					wait := errBackoff.NextBackOff()
 					p.log.Error("claim failed; will retry", zap.Duration("retry_in", wait), zap.Error(err))
 					dirty = true
@@ -117,8 +147,9 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 					}
 				default:
 					errBackoff.Reset()
+					p.claimInTime(ctx)
 					dirty = more
-					if p.quiet {
+					if p.quiet != nil {
 						dirty = p.settle(ctx, found, more, reason == WakeNotify) || dirty
 					}
 					if p.rt.cfg.Mode == ModeWAL {
@@ -169,66 +200,35 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 // none.
 var walRechecks = []time.Duration{10 * time.Millisecond, 100 * time.Millisecond}
 
-// recheckWAL arms, in ModeWAL, the claims of walRechecks after a claim:
-// foundWork, none; an empty claim woken by the WAL, the first; an empty
-// recheck, the next, if any.
+// recheckWAL arms, in ModeWAL, the claims of walRechecks after a claim
+// (see walRecheck).
 func (p *producer) recheckWAL(foundWork, byWAL, recheck bool) {
-	switch {
-	case foundWork:
-		p.rechecks = 0
+	switch d, stop := p.wal.claimed(foundWork, byWAL, recheck); {
+	case stop:
 		p.busyPoll.Stop()
-	case byWAL:
-		p.rechecks = 1
-		p.busyPoll.Reset(walRechecks[0])
-	case recheck && p.rechecks < len(walRechecks):
-		p.busyPoll.Reset(walRechecks[p.rechecks])
-		p.rechecks++
-	case recheck:
-		p.rechecks = 0
+	case d > 0:
+		p.busyPoll.Reset(d)
 	}
 }
 
 // settle decides, after a claim in ModeNotify, between sleeping and
-// polling, and reports whether to claim again at once.
+// polling (see quiet), runs the statement that decision needs, and reports
+// whether to claim again at once.
 func (p *producer) settle(ctx context.Context, found int, more, byNotify bool) (claimNow bool) {
 	store, worker := p.rt.store, p.rt.registry.id
-	if p.asleep {
-		if !byNotify {
-			return false
-		}
-		now := time.Now()
-		if now.Sub(p.windowStart) > time.Second {
-			p.windowStart, p.windowJobs = now, 0
-		}
-		p.windowJobs += found
-		if p.rt.cfg.BusyRate < 0 || p.windowJobs <= p.rt.cfg.BusyRate {
-			return false
-		}
-		// Producers commit faster than notifications are worth: poll.
+	step := p.quiet.claimed(time.Now(), found, more, byNotify)
+	if step.wake {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := store.Wake(cctx, p.queue, worker)
 		cancel()
 		if err != nil {
-			// Still recorded as sleeping: producers keep notifying, which
-			// loses nothing.
 			p.log.Warn("cannot stop sleeping; notifications keep coming", zap.Error(err))
-			return false
+		} else {
+			p.log.Debug("polling: jobs come faster than notifications are worth", zap.Int("jobs_per_second", p.quiet.windowJobs))
 		}
-		p.asleep, p.empties, p.pollEvery = false, 0, busyPollMin
-		p.log.Debug("polling: jobs come faster than notifications are worth", zap.Int("jobs_per_second", p.windowJobs))
-		p.busyPoll.Reset(p.pollEvery)
-		return false
+		step = p.quiet.woke(err == nil)
 	}
-	if more {
-		return true
-	}
-	if found > 0 {
-		p.empties, p.pollEvery = 0, busyPollMin
-		p.busyPoll.Reset(p.pollEvery)
-		return false
-	}
-	p.empties++
-	if p.empties >= busyEmptyPolls {
+	if step.sleep {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		slept, err := store.Sleep(cctx, p.queue, worker)
 		cancel()
@@ -236,30 +236,31 @@ func (p *producer) settle(ctx context.Context, found int, more, byNotify bool) (
 			p.log.Warn("cannot sleep; polling on", zap.Error(err))
 		}
 		if err == nil && slept {
-			p.asleep = true
-			p.windowStart, p.windowJobs = time.Now(), 0
-			p.busyPoll.Stop()
 			p.log.Debug("sleeping: waiting for notifications")
-			return true // once more: what committed before sleeping is seen now
 		}
+		step = p.quiet.slept(time.Now(), err == nil && slept)
 	}
-	p.pollEvery = min(2*p.pollEvery, busyPollMax)
-	p.busyPoll.Reset(p.pollEvery)
-	return false
+	switch {
+	case step.stopPoll:
+		p.busyPoll.Stop()
+	case step.poll > 0:
+		p.busyPoll.Reset(step.poll)
+	}
+	return step.claimNow
 }
 
 // forgetSleep deletes this worker's sleeping row of the queue when the
 // producer stops (the registry deletes the rest at a clean stop).
 func (p *producer) forgetSleep() {
-	if !p.asleep {
+	if p.quiet == nil || !p.quiet.asleep {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(p.rt.lastCtx, 5*time.Second)
 	defer cancel()
 	if err := p.rt.store.Wake(ctx, p.queue, p.rt.registry.id); err != nil {
 		p.log.Debug("cannot delete the sleeping row", zap.Error(err))
 	}
-	p.asleep = false
+	p.quiet.asleep = false
 }
 
 // claim claims up to free jobs (fewer if the batch or the runtime's total
@@ -267,7 +268,7 @@ func (p *producer) forgetSleep() {
 // there may be more work right now.
 func (p *producer) claim(ctx context.Context, free int) (found int, more bool, err error) {
 	rt := p.rt
-	want := min(free, rt.cfg.ClaimBatch)
+	want := min(free, int(p.batchCap.Load()))
 	n := want
 	if rt.total != nil {
 		// Queues wait for the shared total in turn (the semaphore is FIFO):
@@ -284,18 +285,25 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 	// up on it: stopping must not cancel it halfway, or its jobs would sit
 	// running, owned by nobody, until their leases expire. Its jobs are
 	// dispatched even when stopping; the drain runs them or a hard stop
-	// returns them at once.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	// returns them at once. Only a database that does not answer by the
+	// end of the stop's grace cuts it short (their attempts, never seen
+	// running, are then given back by the rescue).
+	cctx, cancel := context.WithTimeout(rt.lastCtx, rt.claimTimeout)
 	defer cancel()
 	hint := p.hint
 	p.hint = 0
-	if hint > 0 && p.asleep && len(rt.idKinds) > 0 {
+	if hint > 0 && p.quiet != nil && p.quiet.asleep && len(rt.idKinds) > 0 {
 		// Asleep, this worker found the queue empty, and one notification
 		// since names the job that came: claim it by its id, then read the
 		// queue's head for anything else (more), as a claim that filled
 		// every slot does. The head's read rescues expired leases and sets
 		// the due timer; it costs a statement after the pickup instead of
 		// before it.
+		//
+		// sent is taken before the statement is sent: the lease the database
+		// grants starts after it, so a deadline counted from it is never
+		// late.
+		sent := time.Now()
 		cj, err := rt.store.ClaimID(cctx, hint, p.queue, rt.idKinds, rt.cfg.Lease)
 		if err != nil {
 			p.log.Warn("claim by id failed; claiming from the queue's head", zap.Int64("job_id", hint), zap.Error(err))
@@ -305,11 +313,12 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 				rt.total.Release(int64(n - 1))
 			}
 			rt.claimedByID.Add(1)
-			p.dispatchClaimed(&claimer.ClaimResult{Jobs: []*claimer.Job{cj}})
+			p.dispatchClaimed(&claimer.ClaimResult{Jobs: []*claimer.Job{cj}}, sent)
 			return 1, true, nil
 		}
 	}
-	res, err := rt.store.Claim(cctx, p.queue, rt.kindNames, rt.limits, n, rt.cfg.Lease)
+	sent := time.Now() // as for the claim by id
+	res, err := rt.store.ClaimRated(cctx, p.queue, rt.kindNames, rt.limits, rt.rates, n, rt.cfg.Lease)
 	if err != nil {
 		if rt.total != nil {
 			rt.total.Release(int64(n))
@@ -322,7 +331,7 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 	if res.Rescued > 0 {
 		p.log.Warn("rescued jobs whose lease expired", zap.Int("jobs", res.Rescued))
 	}
-	p.dispatchClaimed(&res)
+	p.dispatchClaimed(&res, sent)
 	more = len(res.Jobs) == n || res.Rescued > 0
 	// Only ever move the timer earlier: a retry written while this claim was
 	// on the wire set a due time the claim's snapshot could not see, and
@@ -333,28 +342,33 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 	return len(res.Jobs), more, nil
 }
 
-// dispatchClaimed reports a claim's jobs and runs them.
-func (p *producer) dispatchClaimed(res *claimer.ClaimResult) {
+// dispatchClaimed reports a claim's jobs and runs them. sent is when the
+// claim statement was sent.
+func (p *producer) dispatchClaimed(res *claimer.ClaimResult, sent time.Time) {
 	jobs := make([]*Job, len(res.Jobs))
 	for i, cj := range res.Jobs {
 		jobs[i] = newJob(cj)
 	}
 	p.rt.cfg.Observer.Claimed(p.queue, jobs, res.Rescued)
 	for _, j := range jobs {
-		p.dispatch(j)
+		p.dispatch(j, sent)
 	}
 	p.poller.Claimed(len(res.Jobs))
+	if p.rt.cfg.Mode == ModePoll && len(res.Jobs) > 0 {
+		// Work flows: poll at PollMin again, as this queue's own poll did.
+		p.rt.sweeper.poller.Claimed(len(res.Jobs))
+	}
 }
 
 // dispatch hands one claimed attempt to the completer, which owns it from
 // now on, and runs it.
-func (p *producer) dispatch(job *Job) {
+func (p *producer) dispatch(job *Job, sent time.Time) {
 	rt := p.rt
 	p.running.Add(1)
 	rt.claimed.Add(1)
 	rt.handlers.Add(1)
 	hctx, cancel := context.WithCancelCause(rt.workCtx)
-	rt.completer.own(job.attempt(), job, cancel)
+	rt.completer.own(job.attempt(), job, cancel, sent)
 	go func() {
 		defer rt.handlers.Done()
 		defer p.release()

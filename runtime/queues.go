@@ -14,11 +14,50 @@ ON CONFLICT (queue) DO UPDATE SET paused = true, updated_at = now()`
 	// workers in the same commit.
 	sqlResumeQueue  = `UPDATE fila_queues SET paused = false, updated_at = now() WHERE queue = $1::text AND paused`
 	sqlPausedQueues = `SELECT coalesce(array_agg(queue ORDER BY queue), '{}') FROM fila_queues WHERE paused`
+
+	// A queue is in use once a worker has served it (fila_kinds keeps
+	// every queue and kind a worker registered), a job is pending or
+	// running in it, a recurring task enqueues into it, or it was paused
+	// before. Each probe reads an index or a small table.
+	sqlQueueInUse = `SELECT EXISTS (SELECT 1 FROM fila_kinds WHERE queue = $1::text)
+    OR EXISTS (SELECT 1 FROM fila_queues WHERE queue = $1::text)
+    OR EXISTS (SELECT 1 FROM fila_recurring WHERE queue = $1::text)
+    OR EXISTS (SELECT 1 FROM fila_jobs WHERE state = 'pending' AND queue = $1::text)
+    OR EXISTS (SELECT 1 FROM fila_jobs WHERE state = 'running' AND queue = $1::text)`
+
+	sqlKnownQueues = `SELECT coalesce(array_agg(q ORDER BY q), '{}') FROM (
+    SELECT queue FROM fila_kinds UNION SELECT queue FROM fila_queues UNION SELECT queue FROM fila_recurring) AS k(q)`
 )
+
+// QueueInUse reports whether queue has been used: a worker has served it,
+// a job is pending or running in it, a recurring task enqueues into it, or
+// it was paused before. A name for which none holds is likely misspelt:
+// `fila queue pause` refuses it without --force.
+func QueueInUse(ctx context.Context, db DB, queue string) (bool, error) {
+	if err := channel.ValidateQueue(queue); err != nil {
+		return false, err
+	}
+	var used bool
+	if err := db.QueryRow(ctx, sqlQueueInUse, queue).Scan(&used); err != nil {
+		return false, fmt.Errorf("look up queue %q: %w", queue, err)
+	}
+	return used, nil
+}
+
+// KnownQueues lists the queues workers have served, recurring tasks
+// enqueue into, or that were ever paused, in name order.
+func KnownQueues(ctx context.Context, db DB) ([]string, error) {
+	var qs []string
+	if err := db.QueryRow(ctx, sqlKnownQueues).Scan(&qs); err != nil {
+		return nil, fmt.Errorf("list known queues: %w", err)
+	}
+	return qs, nil
+}
 
 // PauseQueue pauses queue: from the next claim of every worker (at most one
 // wake-up away), none of its jobs starts; they stay pending, and running
-// ones finish. db may be the caller's transaction.
+// ones finish. db may be the caller's transaction. Any valid name may be
+// paused, also ahead of its first job; QueueInUse tells a misspelt one.
 func PauseQueue(ctx context.Context, db DB, queue string) error {
 	if err := channel.ValidateQueue(queue); err != nil {
 		return fmt.Errorf("pause: %w", err)

@@ -261,8 +261,8 @@ func (r *Runtime) defineTask(ctx context.Context, t *scheduledTask) error {
 	var now time.Time
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := r.control.QueryRow(cctx, sqlRecurringDefine, t.Name, t.Schedule, tz, t.Kind, t.Queue, t.payload,
-		t.MaxAttempts, string(t.missed), t.sched.Next(time.Now())).Scan(&last, &now)
+	err := r.store.QueryRow(cctx, sqlRecurringDefine, []any{t.Name, t.Schedule, tz, t.Kind, t.Queue, t.payload,
+		t.MaxAttempts, string(t.missed), t.sched.Next(time.Now())}, &last, &now)
 	if err != nil {
 		return fmt.Errorf("record recurring task %q: %w", t.Name, err)
 	}
@@ -295,7 +295,7 @@ func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask,
 	}
 	t.caughtUp = true
 	for _, slot := range slots {
-		if err := r.enqueueSlot(ctx, log, t, slot, now); err != nil {
+		if err := r.enqueueSlot(log, t, slot, now); err != nil {
 			return err
 		}
 		t.cursor = slot
@@ -305,12 +305,19 @@ func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask,
 
 // enqueueSlot enqueues one slot's job, unless another worker has (or a later
 // slot already was).
-func (r *Runtime) enqueueSlot(ctx context.Context, log *zap.Logger, t *scheduledTask, slot, now time.Time) error {
+func (r *Runtime) enqueueSlot(log *zap.Logger, t *scheduledTask, slot, now time.Time) error {
 	var id int64
 	var enqueued bool
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// Not cut short by a stop: a transaction cancelled while its COMMIT is
+	// on the wire may commit without the worker knowing, and the slot's
+	// job would be enqueued unreported. Only a database that does not
+	// answer by the end of the stop's grace cuts it.
+	cctx, cancel := context.WithTimeout(r.lastCtx, 10*time.Second)
 	defer cancel()
-	err := pgx.BeginFunc(cctx, r.control, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(cctx, r.control, readCommitted, func(tx pgx.Tx) error {
+		if err := r.store.SetLocalTimeout(cctx, tx); err != nil {
+			return err
+		}
 		var kind, queue, payload string
 		var maxAttempts int
 		err := tx.QueryRow(cctx, sqlRecurringClaimSlot, t.Name, slot, t.sched.Next(slot)).Scan(&kind, &queue, &payload, &maxAttempts)
@@ -372,7 +379,7 @@ func (r *Runtime) dbNow(ctx context.Context) (time.Time, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var now time.Time
-	err := r.control.QueryRow(cctx, sqlDBNow).Scan(&now)
+	err := r.store.QueryRow(cctx, sqlDBNow, nil, &now)
 	return now, err
 }
 
@@ -408,14 +415,57 @@ type RecurringTaskState struct {
 	LastJobID *int64          `json:"last_job_id"`
 	NextSlot  *time.Time      `json:"next_slot"`
 	UpdatedAt time.Time       `json:"updated_at"`
+	// Schedulers counts the live workers that schedule the task (see
+	// Config.LivenessInterval). With none it is orphaned: no job is
+	// enqueued for it, and NextSlot passes without one, until a worker
+	// that declares it starts again.
+	Schedulers int  `json:"schedulers"`
+	Orphaned   bool `json:"orphaned"`
 }
 
-const sqlRecurringList = `SELECT task, schedule, time_zone, kind, queue, payload::text, missed, last_slot, last_job_id,
-    next_slot, updated_at
-FROM fila_recurring ORDER BY task`
+const (
+	sqlRecurringList = `SELECT task, schedule, time_zone, kind, queue, payload::text, missed, last_slot, last_job_id,
+    next_slot, updated_at,
+    (SELECT count(*) FROM fila_workers w WHERE fila_worker_live(w) AND r.task = ANY (w.recurring))::int
+FROM fila_recurring r ORDER BY task`
+
+	// A task some live worker schedules stays: that worker would enqueue
+	// nothing more for it, silently.
+	sqlRecurringDelete = `WITH live AS (
+    SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}') AS ids FROM fila_workers w
+    WHERE fila_worker_live(w) AND $1::text = ANY (w.recurring)
+), gone AS (
+    DELETE FROM fila_recurring r WHERE r.task = $1::text AND (SELECT cardinality(ids) FROM live) = 0
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM fila_recurring WHERE task = $1::text), (SELECT ids FROM live), EXISTS (SELECT 1 FROM gone)`
+)
+
+// ErrTaskScheduled is wrapped by DeleteRecurringTask's error when a live
+// worker still schedules the task.
+var ErrTaskScheduled = errors.New("a live worker schedules it")
+
+// DeleteRecurringTask forgets a recurring task that no live worker
+// schedules any more (removed from every worker's configuration): it is no
+// longer listed, nor reported as orphaned. It reports whether there was
+// such a task. A task a live worker schedules is refused, with an error
+// wrapping ErrTaskScheduled that names the workers: remove it from their
+// configuration and restart them first. The task's jobs stay.
+func DeleteRecurringTask(ctx context.Context, db DB, name string) (bool, error) {
+	var existed, deleted bool
+	var workers []string
+	if err := db.QueryRow(ctx, sqlRecurringDelete, name).Scan(&existed, &workers, &deleted); err != nil {
+		return false, fmt.Errorf("delete recurring task %q: %w", name, err)
+	}
+	if existed && !deleted {
+		return false, fmt.Errorf("recurring task %q: %w (%s): remove it from their configuration and restart them first",
+			name, ErrTaskScheduled, strings.Join(workers, ", "))
+	}
+	return deleted, nil
+}
 
 // RecurringTasks lists the recurring tasks workers have recorded, with each
-// one's last and next slot.
+// one's last and next slot and how many live workers schedule it.
 func RecurringTasks(ctx context.Context, db DB) ([]RecurringTaskState, error) {
 	rows, err := db.Query(ctx, sqlRecurringList)
 	if err != nil {
@@ -427,10 +477,10 @@ func RecurringTasks(ctx context.Context, db DB) ([]RecurringTaskState, error) {
 		var s RecurringTaskState
 		var payload, missed string
 		if err := rows.Scan(&s.Name, &s.Schedule, &s.TimeZone, &s.Kind, &s.Queue, &payload, &missed,
-			&s.LastSlot, &s.LastJobID, &s.NextSlot, &s.UpdatedAt); err != nil {
+			&s.LastSlot, &s.LastJobID, &s.NextSlot, &s.UpdatedAt, &s.Schedulers); err != nil {
 			return nil, fmt.Errorf("list recurring tasks: %w", err)
 		}
-		s.Payload, s.Missed = json.RawMessage(payload), Missed(missed)
+		s.Payload, s.Missed, s.Orphaned = json.RawMessage(payload), Missed(missed), s.Schedulers == 0
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {

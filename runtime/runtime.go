@@ -47,21 +47,37 @@ type Stats struct {
 	// ClaimedByID counts the attempts among Claimed that were claimed by
 	// the id their notification named, without reading the queue's head.
 	ClaimedByID uint64
+	// Snoozed counts attempts whose handler asked to run later (Snooze).
+	Snoozed uint64
+	// ReadOnlyResets counts the times a statement on one of Fila's pools was
+	// refused as read-only (SQLSTATE 25006: a standby, or a primary made
+	// read-only) and the pools' connections were dropped to reconnect.
+	ReadOnlyResets uint64
 }
 
-// Runtime runs handlers for jobs of its queues. Its parts, each in a file of
-// its own: producers claim (one per queue, producer.go), the executor runs
-// one attempt and maps its result (executor.go), the completer owns every
-// attempt from its claim until its outcome is durable and keeps its lease
-// alive meanwhile (completer.go), and maintenance deletes old jobs and keeps
-// the worker's row in fila_workers (maintenance.go, registry.go).
+// Runtime runs the handlers of its Kinds for the jobs of its Queues. For
+// each queue it claims jobs, up to the queue's concurrency; it runs each
+// attempt's handler, keeps the attempt's lease alive by heartbeats until its
+// outcome is written, and writes outcomes fenced on the attempt, so a
+// worker that lost a job cannot overwrite its new owner's result. It also
+// enqueues its recurring tasks, deletes finished jobs after their retention,
+// and keeps a row about itself in fila_workers for `fila stats` and the
+// dashboard. Create one with New, start it with Run, and stop it with Stop.
 type Runtime struct {
+	// Its parts, each in a file of its own: producers claim (one per
+	// queue, producer.go), the executor runs one attempt and maps its
+	// result (executor.go), the completer owns every attempt from its claim
+	// until its outcome is durable and keeps its lease alive meanwhile
+	// (completer.go), and maintenance deletes old jobs and keeps the
+	// worker's row in fila_workers (maintenance.go, registry.go).
+
 	cfg       Config
 	log       *zap.Logger
 	kinds     map[string]Kind
 	kindNames []string
 	limits    []claimer.KindLimit
-	idKinds   []string // the kinds without a limit, which a claim by id may take
+	rates     []claimer.KindRate
+	idKinds   []string // the kinds without a limit of either sort, which a claim by id may take
 	rollup    *rollup  // what this worker did, written to fila_minutes
 
 	pool        *pgxpool.Pool
@@ -69,9 +85,11 @@ type Runtime struct {
 	control     *pgxpool.Pool
 	ownsControl bool
 	store       *claimer.Store
+	readOnly    *readOnlyGuard // drops the pools' connections found on a read-only server
 
 	source    wakeSource // nil in ModePoll; built by Run
 	producers []*producer
+	sweeper   *sweeper
 	total     *semaphore.Weighted // MaxConcurrency across queues; nil without
 	completer *completer
 	registry  *registry
@@ -82,6 +100,9 @@ type Runtime struct {
 	done         chan struct{}
 	claimingDone chan struct{}
 
+	lastCtx      context.Context // see Run; set before the producers start
+	claimTimeout time.Duration   // claimTimeoutDefault
+
 	ctlMu         sync.Mutex // guards the fields below, which Run sets
 	stopClaiming  context.CancelFunc
 	cancelWork    context.CancelCauseFunc
@@ -91,8 +112,10 @@ type Runtime struct {
 	handlers sync.WaitGroup
 
 	claimed, completed, failed, leaseLost, cancelled, released atomic.Uint64
-	claimedByID                                                atomic.Uint64
+	claimedByID, snoozed                                       atomic.Uint64
 	completedSinceRetention                                    atomic.Int64
+	cancelledNs                                                atomic.Int64 // when handlers were first cancelled, since monoBase
+	closeInBackground                                          atomic.Bool  // see closePools
 }
 
 // New checks cfg and returns a Runtime; it connects nothing until Run.
@@ -104,19 +127,27 @@ func New(cfg Config) (*Runtime, error) {
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger.Named("runtime"), kinds: map[string]Kind{},
 		ready: make(chan struct{}), done: make(chan struct{}), claimingDone: make(chan struct{}),
-		rollup: newRollup(),
+		rollup: newRollup(), claimTimeout: claimTimeoutDefault, lastCtx: context.Background(),
+		readOnly: newReadOnlyGuard(cfg.Logger.Named("runtime")),
 	}
 	r.cfg.Observer = observers{r.rollup, cfg.Observer}
 	for _, k := range cfg.Kinds {
+		// Composed once, here: the hot path makes one call per layer.
+		for i := len(cfg.Middleware) - 1; i >= 0; i-- {
+			k.Handler = cfg.Middleware[i](k.Handler)
+		}
 		r.kinds[k.Name] = k
 		r.kindNames = append(r.kindNames, k.Name)
 		if k.Limit != nil {
 			r.limits = append(r.limits, claimer.KindLimit{Kind: k.Name, Key: k.Limit.Key, Max: k.Limit.Max})
 		}
+		if k.RateLimit != nil {
+			r.rates = append(r.rates, claimer.KindRate{Kind: k.Name, Key: k.RateLimit.Key, Max: k.RateLimit.Max, Period: k.RateLimit.Period})
+		}
 	}
 	slices.Sort(r.kindNames)
 	for _, k := range r.kindNames {
-		if r.kinds[k].Limit == nil {
+		if r.kinds[k].Limit == nil && r.kinds[k].RateLimit == nil {
 			r.idKinds = append(r.idKinds, k)
 		}
 	}
@@ -129,6 +160,10 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("config: queue %q: %w", q, err)
 		}
 		r.producers = append(r.producers, p)
+	}
+	var err error
+	if r.sweeper, err = newSweeper(r); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	// Build the wake source once here so a bad listener setting is refused
 	// by New; Run builds it again with the database it must reach.
@@ -163,7 +198,8 @@ func (r *Runtime) Done() <-chan struct{} { return r.done }
 // Stats returns counters since Run started.
 func (r *Runtime) Stats() Stats {
 	s := Stats{Claimed: r.claimed.Load(), ClaimedByID: r.claimedByID.Load(), Completed: r.completed.Load(), Failed: r.failed.Load(),
-		LeaseLost: r.leaseLost.Load(), Cancelled: r.cancelled.Load(), Released: r.released.Load()}
+		LeaseLost: r.leaseLost.Load(), Cancelled: r.cancelled.Load(), Released: r.released.Load(),
+		Snoozed: r.snoozed.Load(), ReadOnlyResets: r.readOnly.resets.Load()}
 	for _, p := range r.producers {
 		s.Running += int(p.running.Load())
 	}
@@ -230,14 +266,21 @@ func (r *Runtime) Pool() *pgxpool.Pool { return r.pool }
 // or Stop is called. Cancelling ctx is a hard stop: running handlers are
 // cancelled and their jobs returned to pending at once. Use Stop for a
 // graceful one. Run returns nil after a stop, or the error that made a
-// component unable to go on.
+// component unable to go on, joined with one wrapping ErrOutcomesNotWritten
+// when it returned before every outcome was written (the database did not
+// answer within HardStopGrace of the hard stop or of Stop's deadline, or
+// handlers ignored their cancellation).
 func (r *Runtime) Run(ctx context.Context) (err error) {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
 	defer close(r.done)
 	claimCtx, stopClaiming := context.WithCancel(ctx)
-	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	workCtx, cancelWorkCause := context.WithCancelCause(context.WithoutCancel(ctx))
+	cancelWork := func(cause error) {
+		r.cancelledNs.CompareAndSwap(0, int64(time.Since(monoBase)))
+		cancelWorkCause(cause)
+	}
 	r.ctlMu.Lock()
 	r.stopClaiming, r.cancelWork, r.workCtx = stopClaiming, cancelWork, workCtx
 	stopped := r.stopRequested
@@ -254,6 +297,17 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	defer cancelWork(ErrShutdown)
 	stopHard := context.AfterFunc(ctx, func() { cancelWork(ErrShutdown) })
 	defer stopHard()
+	// Statements that must not be cut short while the worker runs (a claim,
+	// which may commit even if the client gives up on it) still end
+	// HardStopGrace after handlers were cancelled: a database that does not
+	// answer cannot hold a stop past its deadline.
+	lastCtx, cancelLast := context.WithCancel(context.Background())
+	defer cancelLast()
+	r.lastCtx = lastCtx
+	stopLast := context.AfterFunc(workCtx, func() {
+		time.AfterFunc(time.Until(r.cancelledAt().Add(r.cfg.HardStopGrace)), cancelLast)
+	})
+	defer stopLast()
 
 	if err := r.open(ctx); err != nil {
 		close(r.claimingDone)
@@ -293,8 +347,14 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		})
 	}
 	go func() { claimedOnce.Wait(); close(firstClaims) }()
-	// Before the wake source starts: its health updates the same row.
+	// Before the wake source starts: its health updates the same row. The
+	// row is kept fresh, like outcomes and leases, until the end of the
+	// stop: a draining worker is alive.
 	r.registry.register(ctx, r.wakeState())
+	aliveCtx, stopAlive := context.WithCancel(bgCtx)
+	defer stopAlive()
+	aliveDone := make(chan struct{})
+	go func() { defer close(aliveDone); r.registry.aliveLoop(aliveCtx) }()
 	r.warnIfTriggerOff(ctx)
 	if r.source != nil {
 		g.Go(func() error {
@@ -309,6 +369,8 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		})
 		g.Go(func() error { r.watchHealth(gctx); return nil })
 	}
+	g.Go(func() error { return r.sweeper.poller.Run(gctx) })
+	g.Go(func() error { return r.sweeper.run(gctx) })
 	g.Go(func() error { r.markReady(gctx, firstClaims); return nil })
 	g.Go(func() error { return r.maintenanceLoop(gctx) })
 	g.Go(func() error { return r.schedulerLoop(gctx) })
@@ -317,32 +379,76 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		zap.Duration("lease", r.cfg.Lease), zap.Strings("kinds", r.kindNames), zap.String("worker_id", r.registry.id))
 	err = g.Wait()
 	close(r.claimingDone)
+	r.completer.stopBegan()
 	if err != nil {
 		r.log.Error("runtime stopping: a component cannot go on", zap.Error(err))
 		cancelWork(ErrShutdown)
 	}
 
-	abandoned := r.waitHandlers(workCtx)
-	r.completer.releaseInterrupted()
+	// What is left to write (releases, outcomes, the minute's counts, the
+	// worker's row) gets until HardStopGrace after running handlers were
+	// cancelled, by a hard stop or the shutdown deadline, or
+	// cleanupTimeout if nothing cancelled them: a database that does not
+	// answer cannot hold the process past the shutdown it was given.
+	finalCtx, cancelFinal := context.WithTimeout(r.lastCtx, cleanupTimeout)
+	defer cancelFinal()
+	deaf := r.waitHandlers(workCtx)
+	r.completer.releaseInterrupted(finalCtx)
 	r.completer.close()
 	select {
 	case <-writerDone:
-	case <-time.After(30 * time.Second):
+	case <-finalCtx.Done():
 		cancelBackground()
 		<-writerDone
 	}
 	stopHeartbeats()
 	<-hbDone
-	if abandoned > 0 {
+	if deaf > 0 {
 		r.log.Error("handlers ignored cancellation; their jobs run again once their leases expire",
 			zap.Int64s("job_ids", r.completer.ownedIDs()))
 	}
-	r.flushMinutes(context.Background())
-	r.registry.remove()
+	r.flushMinutes(finalCtx)
+	stopAlive()
+	<-aliveDone
+	r.registry.remove(finalCtx)
 	s := r.Stats()
 	r.log.Info("runtime stopped", zap.Uint64("claimed", s.Claimed), zap.Uint64("completed", s.Completed),
 		zap.Uint64("failed", s.Failed), zap.Uint64("released", s.Released))
+	if ids := r.completer.unsettled(); len(ids) > 0 {
+		what := fmt.Sprintf("%d jobs", len(ids))
+		if len(ids) == 1 {
+			what = "1 job"
+		}
+		lost := fmt.Errorf("%w: %s; they run again once their leases expire", ErrOutcomesNotWritten, what)
+		r.log.Error("stopped with outcomes not written", zap.Int("jobs", len(ids)), zap.Int64s("job_ids", ids))
+		err = errors.Join(err, lost)
+	}
+	if finalCtx.Err() != nil {
+		// The database did not answer by the end of the stop: closing the
+		// pools would wait on it too (a cancel request per connection whose
+		// statement was cut short, up to 15 s each in pgxpool).
+		r.closeInBackground.Store(true)
+	}
 	return err
+}
+
+// cleanupTimeout bounds what Run writes after its handlers returned, when
+// no deadline cancelled them: the outcome writer retries a database that
+// does not answer for this long.
+const cleanupTimeout = 30 * time.Second
+
+// ErrOutcomesNotWritten is wrapped by Run's error when it returned before
+// the outcomes (or releases) of some attempts were written: the database
+// did not answer by the end of the shutdown, or handlers ignored their
+// cancellation. Those jobs run again once their leases expire.
+var ErrOutcomesNotWritten = errors.New("fila: stopped before every outcome was written")
+
+// cancelledAt is when running handlers were first cancelled (now if never).
+func (r *Runtime) cancelledAt() time.Time {
+	if ns := r.cancelledNs.Load(); ns != 0 {
+		return monoBase.Add(time.Duration(ns))
+	}
+	return time.Now()
 }
 
 // markReady closes Ready once every producer claimed and the wake source
@@ -374,6 +480,7 @@ func (r *Runtime) watchHealth(ctx context.Context) {
 	defer recheck.Stop()
 	for {
 		healthy := r.source.Healthy()
+		r.sweeper.poller.SetHealthy(healthy)
 		for _, p := range r.producers {
 			p.poller.SetHealthy(healthy)
 		}
@@ -396,7 +503,10 @@ func (r *Runtime) watchHealth(ctx context.Context) {
 
 // Stop stops claiming and waits for running handlers until ctx expires, then
 // cancels them (their jobs go back to pending at once) and waits for Run to
-// return. It returns ctx.Err() if handlers had to be cancelled. Called
+// return; once ctx expires, what is left to write gets HardStopGrace more,
+// whether or not handlers were still running, so a database that does not
+// answer cannot hold a stop past its deadline and that grace. It returns
+// ctx.Err() if handlers had to be cancelled. Called
 // before Run, it makes Run return nil at once, without connecting: a
 // shutdown that comes before the start is not lost.
 func (r *Runtime) Stop(ctx context.Context) error {
@@ -414,6 +524,15 @@ func (r *Runtime) Stop(ctx context.Context) error {
 	case <-r.done:
 		return nil
 	case <-r.handlersIdleAfterClaiming():
+		// What is left to write must not outlast the deadline either: at
+		// the deadline, Run gives it HardStopGrace more, as after
+		// cancelling handlers.
+		select {
+		case <-r.done:
+			return nil
+		case <-ctx.Done():
+			cancelWork(ErrShutdown)
+		}
 	case <-ctx.Done():
 		err = ctx.Err()
 		if running := r.Stats().Running; running > 0 {

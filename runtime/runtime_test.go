@@ -419,10 +419,12 @@ func TestExpiredLeaseIsRescued(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
-	// A job whose worker died: running, lease already past.
+	// A job whose worker died after it had heartbeated once: running, lease
+	// already past. (Without that heartbeat, the attempt would be given back
+	// as one no worker was seen to run: see claimer's tests.)
 	var id int64
-	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, state, attempts, lease_until, started_at)
-		VALUES ('k', 'running', 1, now() - interval '1 second', now() - interval '31 seconds') RETURNING id`).Scan(&id))
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, state, attempts, lease_until, started_at, heartbeat_at)
+		VALUES ('k', 'running', 1, now() - interval '1 second', now() - interval '31 seconds', now() - interval '21 seconds') RETURNING id`).Scan(&id))
 	ran := make(chan int, 1)
 	start(t, baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(ctx context.Context, j *runtime.Job) error {
 		ran <- j.Attempt

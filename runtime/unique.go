@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -15,8 +16,9 @@ import (
 const (
 	// insertJobSQL inserts one job, or nothing when it duplicates one; the
 	// duplicate's id is then looked up by lookupUniqueSQL.
-	insertJobSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, unique_states)
-VALUES ($1::text, $2::text, $3::text::jsonb, $4::smallint, coalesce($5::timestamptz, now()), $6::int, $7::text, $8::text[])
+	insertJobSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, unique_states, tags, metadata)
+VALUES ($1::text, $2::text, $3::text::jsonb, $4::smallint, coalesce($5::timestamptz, now()), $6::int, $7::text, $8::text[],
+        string_to_array($9::text, E'\x1f'), $10::text::jsonb)
 ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state = ANY (coalesce(unique_states, '{pending,running}'::text[]))
 DO NOTHING
 RETURNING id`
@@ -28,7 +30,7 @@ LIMIT 1`
 
 // uniqueStatesDefault are the states during which a UniqueKey holds unless
 // the job says otherwise.
-var uniqueStatesDefault = []string{"pending", "running"}
+var uniqueStatesDefault = []string{StatePending, StateRunning}
 
 // prepareUnique checks and copies a job's uniqueness settings.
 func prepareUnique(r *insertRow, o InsertOpts) error {
@@ -41,11 +43,11 @@ func prepareUnique(r *insertRow, o InsertOpts) error {
 	key := o.UniqueKey
 	r.uniqueKey = &key
 	for _, st := range o.UniqueStates {
-		if !slices.Contains(JobStates(), st) {
+		if !slices.Contains(JobStates(), st) || st == "waiting" {
 			return fmt.Errorf("UniqueStates: %q is not a job state (states: %v)", st, JobStates())
 		}
 	}
-	if len(o.UniqueStates) > 0 && !slices.Contains(o.UniqueStates, "pending") {
+	if len(o.UniqueStates) > 0 && !slices.Contains(o.UniqueStates, StatePending) {
 		// The new job itself is pending: unique while pending or not at all.
 		return fmt.Errorf("UniqueStates %v must include pending, the state a new job starts in", o.UniqueStates)
 	}
@@ -79,16 +81,23 @@ func InsertJob(ctx context.Context, db DB, kind string, payload any, opts *Inser
 	}
 	res, err := insertOne(ctx, db, r)
 	if err != nil {
-		return res, fmt.Errorf("insert job of kind %q: %w", kind, err)
+		return res, fmt.Errorf("insert job of kind %q: %w", kind, payloadLimitError(err))
 	}
 	return res, nil
 }
 
 // insertOne inserts one prepared job.
 func insertOne(ctx context.Context, db DB, r insertRow) (Inserted, error) {
+	if r.hasFlow() {
+		ids, err := insertFlowRows(ctx, db, []insertRow{r}, nil)
+		if err != nil {
+			return Inserted{}, err
+		}
+		return Inserted{ID: ids[0]}, nil
+	}
 	if r.uniqueKey == nil {
 		var id int64
-		err := db.QueryRow(ctx, insertSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts).Scan(&id)
+		err := db.QueryRow(ctx, insertSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts, r.tagList(), r.metadata).Scan(&id)
 		return Inserted{ID: id}, err
 	}
 	// The duplicate may have been committed by another transaction after
@@ -97,7 +106,7 @@ func insertOne(ctx context.Context, db DB, r insertRow) (Inserted, error) {
 	for range 3 {
 		var res Inserted
 		err := db.QueryRow(ctx, insertJobSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts,
-			r.uniqueKey, r.uniqueStates).Scan(&res.ID)
+			r.uniqueKey, r.uniqueStates, r.tags, r.metadata).Scan(&res.ID)
 		if err == nil {
 			return res, nil
 		}
@@ -137,15 +146,40 @@ func insertEach(ctx context.Context, db DB, rows []insertRow) ([]int64, error) {
 		}
 		return ids, nil
 	}
-	b, ok := db.(beginner)
-	if !ok {
-		return do(db)
-	}
 	var ids []int64
-	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+	in := func(tx pgx.Tx) error {
 		var err error
 		ids, err = do(tx)
 		return err
-	})
+	}
+	var err error
+	switch b := db.(type) {
+	case txBeginner: // a pool or a connection: a transaction of our own
+		err = pgx.BeginTxFunc(ctx, b, readCommitted, in)
+	case beginner: // the caller's transaction: a savepoint, at its isolation
+		err = pgx.BeginFunc(ctx, b, in)
+	default:
+		return do(db)
+	}
 	return ids, err
+}
+
+// txBeginner is what can open a transaction with options: a pool or a
+// connection.
+type txBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// readCommitted is the isolation of Fila's own transactions, set whatever
+// the database's default: each statement must see what committed before
+// it, and a REPEATABLE READ or SERIALIZABLE default would turn a
+// concurrent worker's change into a serialization failure.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// tagList is the job's tags as a list, nil for none.
+func (r insertRow) tagList() []string {
+	if r.tags == nil {
+		return nil
+	}
+	return strings.Split(*r.tags, "\x1f")
 }

@@ -19,9 +19,20 @@
 #      transaction mode in front of 127.0.0.1:5432. Its config, pid and log
 #      live under ${TMPDIR:-/tmp}/fila-pgbouncer/; it runs as the postgres
 #      user, daemonized. A running one is reloaded only if its config changed.
-#   5. go mod download for the main module (and bench/peers when it has a go.mod).
+#   5. go mod download for the main module (and bench/peers when it has a go.mod);
+#      Node.js 20 or later (Debian's nodejs and npm when node is missing), and
+#      `npm ci` in bench/peers/node when its node_modules is missing or older
+#      than its package-lock.json (graphile-worker and pg-boss, for the peers
+#      benchmark and its tests).
 #   6. chromium is installed (Debian package), for the dashboard's browser
 #      test (internal/ui), which drives it headless.
+#   7. patroni and etcd-server are installed (Debian packages, with
+#      python3-etcd for Patroni's etcd client), for the high-availability
+#      scenarios (internal/patroni starts a throwaway etcd and two Patroni
+#      nodes per test). Services are forbidden to start during the install,
+#      and a system etcd or Patroni that runs anyway is stopped and disabled,
+#      so none holds ports 2379 or 8008. Patroni runs on Debian's
+#      /usr/bin/python3 (its shebang), whatever python3 comes first on PATH.
 #
 # The addresses are fixed (PostgreSQL 127.0.0.1:5432, PgBouncer 127.0.0.1:6432)
 # because the test suite's defaults name them: see internal/testdb and
@@ -245,6 +256,29 @@ else
 	step "go: modules downloaded (main module)"
 fi
 
+# --- 5b. Node.js packages of the peers benchmark ------------------------------
+NODE_DIR=bench/peers/node
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+# node_modules_current: npm writes node_modules/.package-lock.json on every
+# install, so one at least as new as package-lock.json was installed from it.
+node_modules_current() {
+	[ -f "$NODE_DIR/node_modules/.package-lock.json" ] &&
+		[ ! "$NODE_DIR/package-lock.json" -nt "$NODE_DIR/node_modules/.package-lock.json" ]
+}
+if [ -f "$NODE_DIR/package-lock.json" ]; then
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+		apt_install nodejs npm || die "could not install nodejs and npm"
+	fi
+	[ "$(node_major)" -ge 20 ] || die "bench/peers needs Node.js 20 or later; node is $(node --version)"
+	if node_modules_current; then
+		step "node: $(node --version), $NODE_DIR packages installed"
+	else
+		(cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+			die "npm ci in $NODE_DIR failed"
+		step "node: $(node --version), $NODE_DIR packages installed with npm ci"
+	fi
+fi
+
 # --- 6. chromium for the dashboard's browser test ------------------------------
 if [ -x /usr/bin/chromium ]; then
 	step "chromium: installed ($(/usr/bin/chromium --version 2>/dev/null | head -1))"
@@ -252,4 +286,43 @@ else
 	apt_install chromium || die "could not install chromium"
 	[ -x /usr/bin/chromium ] || die "chromium installed but /usr/bin/chromium is missing"
 	step "chromium: installed ($(/usr/bin/chromium --version 2>/dev/null | head -1))"
+fi
+
+# --- 7. patroni and etcd for the high-availability scenarios ------------------
+# Debian's python3 is the one Patroni's modules are installed for: check them
+# with it, not with whatever python3 comes first on PATH.
+ha_ok() {
+	[ -x /usr/bin/patroni ] && [ -x /usr/bin/etcd ] &&
+		/usr/bin/python3 -c 'import patroni, etcd, psycopg2' >/dev/null 2>&1
+}
+ha_versions() {
+	printf 'patroni %s, etcd %s' \
+		"$(/usr/bin/patroni --version 2>/dev/null | awk '{print $NF}')" \
+		"$(/usr/bin/etcd --version 2>/dev/null | awk '/^etcd Version/ {print $NF}')"
+}
+# stop_system_ha stops a system etcd or Patroni that started despite the
+# policy (or was there before) and keeps it off: the tests start their own on
+# free ports, but a system etcd on 2379 or Patroni on 8008 would confuse
+# anyone reading the ports, and keeps running for nothing.
+stop_system_ha() {
+	local svc stopped=()
+	for svc in etcd patroni; do
+		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+			if systemctl is-active --quiet "$svc" 2>/dev/null || systemctl is-enabled --quiet "$svc" 2>/dev/null; then
+				as_root systemctl disable --now "$svc" >/dev/null 2>&1 || true
+				stopped+=("$svc")
+			fi
+		elif [ -x "/etc/init.d/$svc" ] && as_root "/etc/init.d/$svc" status >/dev/null 2>&1; then
+			as_root "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+			stopped+=("$svc")
+		fi
+	done
+	if [ "${#stopped[@]}" -gt 0 ]; then echo " (stopped the system ${stopped[*]})"; fi
+}
+if ha_ok; then
+	step "patroni: installed ($(ha_versions))$(stop_system_ha)"
+else
+	apt_install patroni etcd-server python3-etcd python3-psycopg2 || die "could not install patroni and etcd-server"
+	ha_ok || die "patroni and etcd-server installed, but /usr/bin/patroni, /usr/bin/etcd or Patroni's python modules are missing"
+	step "patroni: installed ($(ha_versions)), system services not running$(stop_system_ha)"
 fi

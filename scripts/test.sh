@@ -12,7 +12,9 @@
 #      main DSN goes through PgBouncer in transaction mode (listeners still use
 #      the direct DSN). Without -race: this pass is about the pooler, and the
 #      race detector has already run over the same code.
-#   5. bench/peers (a module of its own) when bench/peers/go.mod exists.
+#   5. bench/peers (a module of its own) when bench/peers/go.mod exists: go vet,
+#      go test (River, gue, graphile-worker and pg-boss at a tiny size), and
+#      the Node.js module's own tests (npm test in bench/peers/node).
 #
 # A failed pass does not hide the others: all run, and the script ends with a
 # summary and a non-zero status if any failed. A failed setup stops at once.
@@ -72,8 +74,8 @@ pass "go test -race (direct to PostgreSQL)" \
 pass "go test (main DSNs through PgBouncer)" \
 	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m ./...
 if [ -f bench/peers/go.mod ]; then
-	pass "bench/peers: go vet and go test" \
-		bash -c 'cd bench/peers && go vet ./... && go test -count=1 ./...'
+	pass "bench/peers: go vet, go test and npm test" \
+		bash -c 'cd bench/peers && go vet ./... && go test -count=1 ./... && cd node && npm test'
 fi
 
 header "summary"

@@ -51,13 +51,12 @@ func (r *runner) runDrain(ctx context.Context, s spec, jobs int) (res bench.Thro
 	defer cancel()
 	begin := time.Now()
 	if err := p.start(ctx); err != nil {
-		return res, fmt.Errorf("start: %w", err)
+		return res, errors.Join(fmt.Errorf("start: %w", err), stopPeer(ctx, p))
 	}
+	stopped := false
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if stopErr := p.stop(stopCtx); stopErr != nil {
-			err = errors.Join(err, fmt.Errorf("stop: %w", stopErr))
+		if !stopped {
+			err = errors.Join(err, stopPeer(ctx, p))
 		}
 	}()
 
@@ -89,6 +88,19 @@ func (r *runner) runDrain(ctx context.Context, s spec, jobs int) (res bench.Thro
 	}
 	elapsed := time.Since(begin)
 	r.log.Debug("drained", zap.String("system", s.system), zap.String("mode", s.mode), zap.Duration("elapsed", elapsed))
+
+	// Untimed: every job ran once, as the database sees it.
+	stopped = true
+	if err := stopPeer(ctx, p); err != nil {
+		return res, err
+	}
+	pool.Close()
+	if h := handled.Load(); h != int64(jobs) {
+		return res, fmt.Errorf("exactly once: handlers ran %d times for %d jobs", h, jobs)
+	}
+	if err := r.exactlyOnce(ctx, db, p, jobs, true); err != nil {
+		return res, err
+	}
 	return bench.ThroughputResult{
 		System:     s.system,
 		Mode:       s.mode,

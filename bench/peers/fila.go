@@ -50,6 +50,7 @@ func runFila(ctx context.Context, o options, log *zap.Logger) (*results, error) 
 		"--scenarios", o.filaScenarios,
 		"--rates", strings.Join(rates, ","),
 		"--duration", o.duration.String(),
+		"--min-samples", strconv.Itoa(o.minSamples),
 		"--drain-jobs", strconv.Itoa(o.drainJobs),
 		"--chart", "", // its default would write an SVG into the repository root
 	}

@@ -33,6 +33,8 @@ type recorder struct {
 	t1        []atomic.Int64
 	committed []atomic.Bool
 	started   atomic.Int64 // jobs with a t1
+	untimed   atomic.Int64 // handler runs of untimed jobs (the warm-up)
+	repeated  atomic.Int64 // handler runs of a timed job after its first
 	inserted  atomic.Int64 // jobs committed
 	failed    atomic.Int64 // inserts or commits that returned an error
 
@@ -52,14 +54,18 @@ func newRecorder(n int) *recorder {
 
 func (r *recorder) offset(t time.Time) int64 { return int64(t.Sub(r.base)) + 1 }
 
-// jobStarted is the handlers' startFunc. Only a job's first run counts.
+// jobStarted is the handlers' startFunc. Only a job's first run counts for
+// its latency; a second run is counted as repeated.
 func (r *recorder) jobStarted(seq int64, at time.Time) {
 	if seq < 0 || seq >= int64(len(r.t1)) {
+		r.untimed.Add(1)
 		r.warmOnce.Do(func() { close(r.warm) })
 		return
 	}
 	if r.t1[seq].CompareAndSwap(0, r.offset(at)) {
 		r.started.Add(1)
+	} else {
+		r.repeated.Add(1)
 	}
 }
 
@@ -181,9 +187,12 @@ func insertOne(ctx context.Context, pool *pgxpool.Pool, p peer, rec *recorder, s
 }
 
 // runLatency measures pickup latency for one peer configuration at one rate,
-// in a fresh database.
-func (r *runner) runLatency(ctx context.Context, s spec, rate int, duration time.Duration) (res bench.LatencyResult, err error) {
-	n := max(int(int64(rate)*int64(duration)/int64(time.Second)), 1)
+// n jobs, in a fresh database. Once the jobs are picked up (or lostAfter has
+// passed) it stops the workers and checks in SQL that every job the
+// handlers started was completed exactly once.
+func (r *runner) runLatency(ctx context.Context, s spec, rate, n int) (res bench.LatencyResult, err error) {
+	n = max(n, 1)
+	duration := time.Duration(n) * time.Second / time.Duration(rate)
 	log := r.log.With(zap.String("system", s.system), zap.String("mode", s.mode), zap.Int("rate", rate))
 
 	db, err := r.createDatabase(ctx)
@@ -210,13 +219,12 @@ func (r *runner) runLatency(ctx context.Context, s spec, rate int, duration time
 		return res, err
 	}
 	if err := p.start(ctx); err != nil {
-		return res, fmt.Errorf("start: %w", err)
+		return res, errors.Join(fmt.Errorf("start: %w", err), stopPeer(ctx, p))
 	}
+	stopped := false
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if stopErr := p.stop(stopCtx); stopErr != nil {
-			err = errors.Join(err, fmt.Errorf("stop: %w", stopErr))
+		if !stopped {
+			err = errors.Join(err, stopPeer(ctx, p))
 		}
 	}()
 
@@ -255,5 +263,29 @@ func (r *runner) runLatency(ctx context.Context, s spec, rate int, duration time
 	if f := rec.failed.Load(); f > 0 {
 		log.Warn("some inserts failed and are not counted", zap.Int64("failed", f))
 	}
+
+	stopped = true
+	if err := stopPeer(ctx, p); err != nil {
+		return res, err
+	}
+	pool.Close()
+	prodPool.Close()
+	ran := int(rec.started.Load() + rec.untimed.Load())
+	if k := rec.repeated.Load(); k > 0 {
+		return res, fmt.Errorf("exactly once: %d handler runs repeated a job that had already started", k)
+	}
+	if err := r.exactlyOnce(ctx, db, p, ran, res.Lost == 0 && rec.failed.Load() == 0); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// stopPeer stops p's workers, giving running handlers 30 s.
+func stopPeer(ctx context.Context, p peer) error {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := p.stop(stopCtx); err != nil {
+		return fmt.Errorf("stop: %w", err)
+	}
+	return nil
 }

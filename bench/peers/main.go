@@ -1,8 +1,9 @@
 // Command peers runs Fila's benchmark scenarios — pickup latency at steady
-// insert rates and drain throughput — on River and gue, and prints them side
-// by side with Fila's own `fila bench` run on the same machine and database
-// server. It lives in a module of its own so that the main module never
-// depends on either peer.
+// insert rates and drain throughput — on River and gue (Go) and on
+// graphile-worker and pg-boss (Node.js, run by node/peer.js), and prints them
+// side by side with Fila's own `fila bench` run on the same machine and
+// database server. It lives in a module of its own so that the main module
+// never depends on any peer.
 //
 //	cd bench/peers && go run . [--rates 10,100,1000] [--duration 5s] [--json out.json] [--chart cdf.svg]
 package main
@@ -14,8 +15,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,6 +41,7 @@ type options struct {
 	dsn           string
 	rates         []int
 	duration      time.Duration
+	minSamples    int
 	drainJobs     int
 	gueWorkers    int
 	scenarios     map[string]bool
@@ -48,12 +52,19 @@ type options struct {
 	filaModes     string
 	filaScenarios string
 	repoRoot      string
+	nodeDir       string
 }
+
+// Systems this command knows, in the order they run.
+var allSystems = []string{bench.SystemRiver, "gue", bench.SystemGraphileWorker, bench.SystemPgBoss}
 
 // runner carries what every scenario needs.
 type runner struct {
 	adminDSN string
 	log      *zap.Logger
+	// node finds node and installs the Node.js module, once, when a
+	// Node.js peer first needs it.
+	node func() (nodeModule, error)
 	// created, if set, is told the name of every database a scenario
 	// creates, so tests can check that each one is dropped again.
 	created func(name string)
@@ -86,7 +97,9 @@ func run() int {
 	defer stop()
 	go func() { <-ctx.Done(); stop() }()
 
-	r := &runner{adminDSN: o.dsn, log: log}
+	r := &runner{adminDSN: o.dsn, log: log, node: sync.OnceValues(func() (nodeModule, error) {
+		return nodeSetup(ctx, o.nodeDir, log)
+	})}
 	out, failed := r.runPeers(ctx, o)
 	if ctx.Err() != nil {
 		log.Warn("interrupted; printing what finished")
@@ -135,7 +148,7 @@ func (r *runner) runPeers(ctx context.Context, o options) (*results, int) {
 	r.log.Info("machine", zap.Stringer("machine", out.Machine))
 	failed := 0
 	if o.scenarios["latency"] {
-		specs := latencySpecs(o.gueWorkers, r.log)
+		specs := latencySpecs(o.gueWorkers, r.node, r.log)
 		for _, rate := range o.rates {
 			for _, s := range specs {
 				if !o.systems[s.system] {
@@ -145,20 +158,20 @@ func (r *runner) runPeers(ctx context.Context, o options) (*results, int) {
 					return out, failed
 				}
 				begin := time.Now()
-				res, err := r.runLatency(ctx, s, rate, o.duration)
+				res, err := r.runLatency(ctx, s, rate, jobsFor(rate, o.duration, o.minSamples))
 				if err != nil {
 					failed++
 					r.log.Error("latency scenario failed", zap.String("system", s.system), zap.String("mode", s.mode), zap.Int("rate", rate), zap.Error(err))
 					continue
 				}
-				r.log.Info(fmt.Sprintf("latency %-5s %-10s %5d/s: p50 %s ms, p99 %s ms, max %s ms, %d jobs, %d lost (%.1fs)",
+				r.log.Info(fmt.Sprintf("latency %-15s %-20s %5d/s: p50 %s ms, p99 %s ms, max %s ms, %d jobs, %d lost (%.1fs)",
 					s.system, s.mode, rate, fmtMs(res.P50Ms), fmtMs(res.P99Ms), fmtMs(res.MaxMs), res.Count, res.Lost, time.Since(begin).Seconds()))
 				out.Latency = append(out.Latency, res)
 			}
 		}
 	}
 	if o.scenarios["drain"] {
-		for _, candidates := range drainSpecs(o.gueWorkers, r.log) {
+		for _, candidates := range drainSpecs(o.gueWorkers, r.node, r.log) {
 			var best *bench.ThroughputResult
 			for _, s := range candidates {
 				if !o.systems[s.system] {
@@ -173,7 +186,7 @@ func (r *runner) runPeers(ctx context.Context, o options) (*results, int) {
 					r.log.Error("drain scenario failed", zap.String("system", s.system), zap.String("mode", s.mode), zap.Error(err))
 					continue
 				}
-				r.log.Info(fmt.Sprintf("drain   %-5s %-16s %6d jobs in %.2fs: %.0f jobs/s",
+				r.log.Info(fmt.Sprintf("drain   %-15s %-22s %6d jobs in %.2fs: %.0f jobs/s",
 					s.system, s.mode, res.Jobs, res.Seconds, res.JobsPerSec))
 				if best == nil || res.JobsPerSec > best.JobsPerSec {
 					best = &res
@@ -187,16 +200,51 @@ func (r *runner) runPeers(ctx context.Context, o options) (*results, int) {
 	return out, failed
 }
 
+// jobsFor is how many jobs one latency run at rate inserts: duration's
+// worth, and at least minSamples, so that even the slowest rate gives a
+// p50 enough samples to decide a goal.
+func jobsFor(rate int, duration time.Duration, minSamples int) int {
+	return max(int(int64(rate)*int64(duration)/int64(time.Second)), minSamples, 1)
+}
+
+// Configurations of the Node.js peers. Options left out keep the library's
+// defaults (node/peer.js passes on only what is set).
+var (
+	// graphileTuned is graphile-worker's own performance configuration
+	// (its documentation's "Performance" page): 24 concurrent jobs, a pool
+	// of 25, a local queue of 500 jobs fetched in one statement, and
+	// completions and failures batched (delay 0: whatever finished in the
+	// same tick of the event loop).
+	graphileTuned = map[string]any{"concurrentJobs": 24, "maxPoolSize": 25, "localQueueSize": 500,
+		"completeJobBatchDelay": 0, "failJobBatchDelay": 0}
+	// graphileTunedWide is the same with 100 concurrent jobs and a local
+	// queue of 1000, a candidate for the drain.
+	graphileTunedWide = map[string]any{"concurrentJobs": 100, "maxPoolSize": 25, "localQueueSize": 1000,
+		"completeJobBatchDelay": 0, "failJobBatchDelay": 0}
+	// pgBossTuned is pg-boss 10 at its fastest polling: ten workers (each
+	// work() call adds one, the way its author advises for concurrency in
+	// version 10), each fetching up to 100 jobs every 0.5 s, the shortest
+	// interval pg-boss accepts.
+	pgBossTuned = map[string]any{"workers": 10, "batchSize": 100, "pollingIntervalSeconds": 0.5}
+)
+
 // latencySpecs are the configurations measured for pickup latency. River
 // keeps its defaults except for the queue's 100 workers; "tuned-10ms" lowers
 // only FetchCooldown, which is what bounds River's pickup after a NOTIFY.
 // gue cannot be woken: it only polls, at its default interval or at 50 ms.
-func latencySpecs(gueWorkers int, log *zap.Logger) []spec {
+// graphile-worker LISTENs: its defaults (one job at a time) and its
+// performance preset. pg-boss only polls: its defaults (one worker, one job
+// every 2 s) and its fastest polling.
+func latencySpecs(gueWorkers int, node func() (nodeModule, error), log *zap.Logger) []spec {
 	return []spec{
 		riverSpec("default", 100, 0),
 		riverSpec("tuned-10ms", 100, 10*time.Millisecond),
 		gueSpec("default", gueWorkers, 0, "", log),
 		gueSpec("poll-50ms", gueWorkers, 50*time.Millisecond, "", log),
+		nodeSpec(systemGraphile, "default", 1, map[string]any{}, node, log),
+		nodeSpec(systemGraphile, "tuned-24c-lq500", 24, graphileTuned, node, log),
+		nodeSpec(systemPgBoss, "default", 1, map[string]any{}, node, log),
+		nodeSpec(systemPgBoss, "tuned-10w-b100-500ms", 10, pgBossTuned, node, log),
 	}
 }
 
@@ -208,8 +256,10 @@ func latencySpecs(gueWorkers int, log *zap.Logger) []spec {
 // strategy: its default orders by priority alone, which the
 // (queue, run_at, priority) index cannot serve, so every lock sorts the
 // whole backlog (about 20 ms at 20 000 rows) and a drain slows with the
-// square of its size.
-func drainSpecs(gueWorkers int, log *zap.Logger) [][]spec {
+// square of its size. pg-boss's default (one job every 2 s) would take
+// hours over the default backlog and is not run; its tuned candidates fetch
+// 100 or 1000 jobs per poll, from 10 or 20 workers.
+func drainSpecs(gueWorkers int, node func() (nodeModule, error), log *zap.Logger) [][]spec {
 	var riverTuned, gueTuned []spec
 	for _, w := range []int{200, 500, 1000} {
 		riverTuned = append(riverTuned, riverSpec(fmt.Sprintf("tuned-%dw-1ms", w), w, time.Millisecond))
@@ -222,6 +272,18 @@ func drainSpecs(gueWorkers int, log *zap.Logger) [][]spec {
 		riverTuned,
 		{gueSpec("default", gueWorkers, 0, "", log)},
 		gueTuned,
+		{nodeSpec(systemGraphile, "default", 1, map[string]any{}, node, log)},
+		{
+			nodeSpec(systemGraphile, "tuned-24c-lq500", 24, graphileTuned, node, log),
+			nodeSpec(systemGraphile, "tuned-100c-lq1000", 100, graphileTunedWide, node, log),
+		},
+		{
+			nodeSpec(systemPgBoss, "tuned-10w-b100-500ms", 10, pgBossTuned, node, log),
+			nodeSpec(systemPgBoss, "tuned-10w-b1000-500ms", 10,
+				map[string]any{"workers": 10, "batchSize": 1000, "pollingIntervalSeconds": 0.5}, node, log),
+			nodeSpec(systemPgBoss, "tuned-20w-b1000-500ms", 20,
+				map[string]any{"workers": 20, "batchSize": 1000, "pollingIntervalSeconds": 0.5, "max": 20}, node, log),
+		},
 	}
 }
 
@@ -232,17 +294,19 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.dsn, "dsn", envOr(defaultDSN, "FILA_DSN", "DATABASE_URL"),
 		"PostgreSQL URL of a database to connect to for CREATE/DROP DATABASE (default $FILA_DSN, $DATABASE_URL, else "+defaultDSN+")")
 	fs.StringVar(&rates, "rates", "10,100,1000", "comma-separated insert rates, jobs/s, for the latency scenario")
-	fs.DurationVar(&o.duration, "duration", 5*time.Second, "how long the producer runs at each rate")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "how long the producer runs at each rate (longer at low rates, see --min-samples)")
+	fs.IntVar(&o.minSamples, "min-samples", 200, "jobs per latency run at least, whatever --duration gives: a p50 needs this many to decide a goal")
 	fs.IntVar(&o.drainJobs, "drain-jobs", 20000, "jobs inserted before each drain")
 	fs.IntVar(&o.gueWorkers, "gue-workers", 10, "gue WorkerPool size (one connection each); the tuned drain also tries twice as many")
 	fs.StringVar(&scenarios, "scenarios", "latency,drain", "comma-separated scenarios to run: latency, drain")
-	fs.StringVar(&systems, "systems", "river,gue", "comma-separated peers to run: river, gue")
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated peers to run: "+strings.Join(allSystems, ", "))
 	fs.StringVar(&o.jsonPath, "json", "", "write all results, Fila's included, to this JSON file")
 	fs.StringVar(&o.chartPath, "chart", "", "write the latency CDF chart to this SVG file (and one per rate beside it)")
 	fs.BoolVar(&o.withFila, "with-fila", true, "also run `go run ./cmd/fila bench` from the repository root and compare")
 	fs.StringVar(&o.filaModes, "fila-modes", "notify,wal,poll-50ms", "Fila runtime modes for --with-fila (its --modes); empty for all of fila bench's")
 	fs.StringVar(&o.filaScenarios, "fila-scenarios", filaScenariosDefault, "Fila's scenarios for --with-fila (its --scenarios): by default those the goals read")
 	fs.StringVar(&o.repoRoot, "repo", "../..", "the Fila repository root, for --with-fila")
+	fs.StringVar(&o.nodeDir, "node-dir", "node", "the Node.js module that runs graphile-worker and pg-boss (npm ci is run there when node_modules is missing or stale)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -267,13 +331,16 @@ func parseFlags(args []string) (options, error) {
 	o.systems = map[string]bool{}
 	for _, f := range strings.Split(systems, ",") {
 		f = strings.TrimSpace(f)
-		if f != "river" && f != "gue" {
-			return o, fmt.Errorf("--systems: unknown system %q (want river, gue)", f)
+		if !slices.Contains(allSystems, f) {
+			return o, fmt.Errorf("--systems: unknown system %q (want %s)", f, strings.Join(allSystems, ", "))
 		}
 		o.systems[f] = true
 	}
 	if o.duration < 100*time.Millisecond {
 		return o, errors.New("--duration must be at least 100ms")
+	}
+	if o.minSamples < 0 || o.minSamples > 100000 {
+		return o, errors.New("--min-samples must be between 0 and 100000")
 	}
 	if o.drainJobs < 1 {
 		return o, errors.New("--drain-jobs must be at least 1")

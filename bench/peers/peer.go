@@ -14,8 +14,8 @@ import (
 type startFunc func(seq int64, at time.Time)
 
 // peer is one job system in one configuration, living in one fresh database.
-// The scenarios drive every system through this interface, so River and gue
-// are measured by the same producer, clock and completion check.
+// The scenarios drive every system through this interface, so every peer is
+// measured by the same producer, clock and completion check.
 type peer interface {
 	// setup creates the system's schema in pool's database and builds its
 	// client; nothing runs yet. Handlers call started.
@@ -34,6 +34,11 @@ type peer interface {
 	pending(ctx context.Context) (int, error)
 	// poolSize is how many connections the system's pool needs.
 	poolSize() int
+	// checkOnce checks in SQL on conn, once the workers stopped and every
+	// other session left the database, that the jobs whose handlers ran
+	// (ran, the warm-up included) were completed exactly once. all says
+	// every job inserted ran.
+	checkOnce(ctx context.Context, conn *pgx.Conn, ran int, all bool) error
 }
 
 // spec names a peer configuration and builds fresh instances of it, one per

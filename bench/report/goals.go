@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/fila-run/fila/bench"
@@ -17,6 +18,10 @@ type Goal struct {
 	Target string `json:"target"`
 	Status string `json:"status"` // GoalMet, GoalMissed or GoalNotMeasured
 	Detail string `json:"detail"` // the figures behind the verdict, or what is missing
+	// Margin is how far the figure is from the goal's threshold, as a share
+	// of the threshold: positive is headroom (0.12: 12% better than
+	// needed), negative a shortfall. Absent when not measured.
+	Margin *float64 `json:"margin,omitempty"`
 }
 
 // Goal statuses.
@@ -29,14 +34,21 @@ const (
 // Fila's targets, as factors of what it is compared with.
 const (
 	// FloorFactor: notify p50 at most this many times the listen+claim floor's.
-	FloorFactor = 1.3
+	FloorFactor = 1.1
 	// ProducerShare: the share of the asked commit rate the producers must
 	// reach at HighRate.
 	ProducerShare = 0.95
-	// DrainOverRiver: drain at least this many times River's best tuned drain.
-	DrainOverRiver = 1.5
+	// DrainOverPeer: drain at least this many times the best peer's best
+	// tuned drain.
+	DrainOverPeer = 2.0
 	// DrainOverSQLFloor: drain at least this share of the raw SQL floor.
-	DrainOverSQLFloor = 0.5
+	DrainOverSQLFloor = 0.7
+	// MinSamples: a latency goal is decided only on rows with at least this
+	// many pickups, so that a p50 stands for more than noise.
+	MinSamples = 200
+	// PeerLostShare: a peer row whose lost jobs exceed this share of its
+	// jobs did not keep up, and is not a peer's best.
+	PeerLostShare = 0.01
 	// SoakSizeFactor: during a soak the table stays within this many times
 	// its size at the end of the first window.
 	SoakSizeFactor = 2.0
@@ -65,7 +77,8 @@ var (
 const HighRateMode = bench.ModeWAL
 
 // GoalInput is everything one run measured that a goal may look at. Rows of
-// peers (System "river") are there only when they ran in the same run.
+// peers (River, graphile-worker, pg-boss, gue) are there only when they ran
+// in the same run.
 type GoalInput struct {
 	Latency    []bench.LatencyResult
 	Throughput []bench.ThroughputResult
@@ -78,27 +91,64 @@ type GoalInput struct {
 func Goals(in GoalInput) []Goal {
 	var gs []Goal
 	for _, rate := range P50Rates {
-		gs = append(gs, notifyVsRiver(in.Latency, rate, "p50", func(l bench.LatencyResult) float64 { return l.P50Ms }))
+		gs = append(gs, vsBestPeer(in.Latency, bench.ModeNotify, rate, "p50", p50))
 	}
 	for _, rate := range P50Rates {
 		gs = append(gs, notifyVsFloor(in.Latency, rate))
 	}
-	gs = append(gs, notifyVsRiver(in.Latency, P99Rate, "p99", func(l bench.LatencyResult) float64 { return l.P99Ms }))
-	gs = append(gs, highRateProducers(in.Latency), highRateVsRiver(in.Latency))
-	gs = append(gs, drainVsRiver(in.Throughput), drainVsSQLFloor(in.Throughput))
+	gs = append(gs, vsBestPeer(in.Latency, bench.ModeNotify, P99Rate, "p99", p99))
+	gs = append(gs, highRateProducers(in.Latency), vsBestPeer(in.Latency, HighRateMode, HighRate, "p50", p50))
+	gs = append(gs, drainVsPeers(in.Throughput), drainVsSQLFloor(in.Throughput))
 	gs = append(gs, soakGoals(in.Soak)...)
-	gs = append(gs, bigTableGoal(in.BigTable), idleGoal(in.Idle))
+	gs = append(gs, bigTableGoal(in.BigTable), idleGoal(in.Idle), idleQueuesGoal(in.Idle))
 	return gs
 }
 
-// WriteGoals writes one line per goal.
+// WriteGoals writes one line per goal, with its margin when measured.
 func WriteGoals(w io.Writer, goals []Goal) error {
 	var b strings.Builder
 	for _, g := range goals {
-		fmt.Fprintf(&b, "- %s: %s (%s)\n", g.Target, g.Status, g.Detail)
+		margin := ""
+		if g.Margin != nil {
+			margin = "; margin " + FormatMargin(*g.Margin)
+		}
+		fmt.Fprintf(&b, "- %s: %s (%s%s)\n", g.Target, g.Status, g.Detail, margin)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// FormatMargin formats a margin as a signed percentage: "+12%", "-3.5%".
+func FormatMargin(m float64) string {
+	pct := 100 * m
+	s := strconv.FormatFloat(pct, 'f', 0, 64)
+	if math.Abs(pct) < 10 {
+		s = strconv.FormatFloat(pct, 'f', 1, 64)
+	}
+	if pct >= 0 {
+		s = "+" + s
+	}
+	return s + "%"
+}
+
+// atMost judges value ≤ limit, with its margin.
+func atMost(target string, value, limit float64, format string, args ...any) Goal {
+	g := judge(target, value <= limit, format, args...)
+	if limit > 0 {
+		m := (limit - value) / limit
+		g.Margin = &m
+	}
+	return g
+}
+
+// atLeast judges value ≥ limit, with its margin.
+func atLeast(target string, value, limit float64, format string, args ...any) Goal {
+	g := judge(target, value >= limit, format, args...)
+	if limit > 0 {
+		m := (value - limit) / limit
+		g.Margin = &m
+	}
+	return g
 }
 
 func judge(target string, ok bool, format string, args ...any) Goal {
@@ -113,6 +163,21 @@ func notMeasured(target, format string, args ...any) Goal {
 	return Goal{Target: target, Status: GoalNotMeasured, Detail: fmt.Sprintf(format, args...)}
 }
 
+func p50(l bench.LatencyResult) float64 { return l.P50Ms }
+func p99(l bench.LatencyResult) float64 { return l.P99Ms }
+
+// samples is how many pickups a latency row's percentiles stand on.
+func samples(l bench.LatencyResult) int { return l.Count - l.Lost }
+
+// tooFew says why a row cannot decide a goal, or "" when it can.
+func tooFew(l bench.LatencyResult) string {
+	if n := samples(l); n < MinSamples {
+		return fmt.Sprintf("%s %s at %d/s has %d pickups, fewer than the %d a goal needs: run longer (--duration, --min-samples)",
+			l.System, l.Mode, l.RatePerSec, n, MinSamples)
+	}
+	return ""
+}
+
 // findLatency returns the row of system/mode at rate.
 func findLatency(rs []bench.LatencyResult, system, mode string, rate int) (bench.LatencyResult, bool) {
 	for _, r := range rs {
@@ -123,12 +188,19 @@ func findLatency(rs []bench.LatencyResult, system, mode string, rate int) (bench
 	return bench.LatencyResult{}, false
 }
 
-// riverTuned returns River's tuned latency row at rate with the lowest by.
-func riverTuned(rs []bench.LatencyResult, rate int, by func(bench.LatencyResult) float64) (bench.LatencyResult, bool) {
+// IsPeer says whether a row's system is another job system (not Fila, not
+// a floor).
+func IsPeer(system string) bool { return system != bench.SystemFila && system != bench.SystemFloor }
+
+// BestPeer returns, of every peer configuration measured at rate (each
+// system's default and tuned modes alike), the row with the lowest by:
+// what the best choice among the peers would give. A row that lost more
+// than PeerLostShare of its jobs did not keep up and is left out.
+func BestPeer(rs []bench.LatencyResult, rate int, by func(bench.LatencyResult) float64) (bench.LatencyResult, bool) {
 	var best bench.LatencyResult
 	found := false
 	for _, r := range rs {
-		if r.System != bench.SystemRiver || !strings.HasPrefix(r.Mode, bench.TunedPrefix) || r.RatePerSec != rate || r.Count == 0 {
+		if !IsPeer(r.System) || r.RatePerSec != rate || r.Count == 0 || float64(r.Lost) > PeerLostShare*float64(r.Count) {
 			continue
 		}
 		if !found || by(r) < by(best) {
@@ -138,20 +210,26 @@ func riverTuned(rs []bench.LatencyResult, rate int, by func(bench.LatencyResult)
 	return best, found
 }
 
-const noPeers = "River did not run in this run: fila bench --peers, or bench/peers"
+const noPeers = "no peer ran in this run: fila bench --peers, or bench/peers"
 
-func notifyVsRiver(rs []bench.LatencyResult, rate int, pct string, by func(bench.LatencyResult) float64) Goal {
-	target := fmt.Sprintf("notify %s at %d/s ≤ River tuned's", pct, rate)
-	f, ok := findLatency(rs, bench.SystemFila, bench.ModeNotify, rate)
+// vsBestPeer judges fila mode's pct at rate against the best peer's.
+func vsBestPeer(rs []bench.LatencyResult, mode string, rate int, pct string, by func(bench.LatencyResult) float64) Goal {
+	target := fmt.Sprintf("%s %s at %d/s ≤ the best peer's", mode, pct, rate)
+	f, ok := findLatency(rs, bench.SystemFila, mode, rate)
 	if !ok {
-		return notMeasured(target, "no fila notify row at %d/s", rate)
+		return notMeasured(target, "no fila %s row at %d/s", mode, rate)
 	}
-	r, ok := riverTuned(rs, rate, by)
+	p, ok := BestPeer(rs, rate, by)
 	if !ok {
 		return notMeasured(target, "fila %s ms; %s", FormatMs(by(f)), noPeers)
 	}
-	return judge(target, by(f) <= by(r), "%s ms vs river %s %s ms, %s",
-		FormatMs(by(f)), r.Mode, FormatMs(by(r)), Ratio(by(f), by(r)))
+	for _, l := range []bench.LatencyResult{f, p} {
+		if why := tooFew(l); why != "" {
+			return notMeasured(target, "%s", why)
+		}
+	}
+	return atMost(target, by(f), by(p), "%s ms vs %s %s %s ms, %s",
+		FormatMs(by(f)), p.System, p.Mode, FormatMs(by(p)), Ratio(by(f), by(p)))
 }
 
 func notifyVsFloor(rs []bench.LatencyResult, rate int) Goal {
@@ -164,7 +242,12 @@ func notifyVsFloor(rs []bench.LatencyResult, rate int) Goal {
 	if !ok {
 		return notMeasured(target, "no floor row at %d/s: run the floor scenario", rate)
 	}
-	return judge(target, f.P50Ms <= FloorFactor*fl.P50Ms, "%s ms vs floor %s ms, %s",
+	for _, l := range []bench.LatencyResult{f, fl} {
+		if why := tooFew(l); why != "" {
+			return notMeasured(target, "%s", why)
+		}
+	}
+	return atMost(target, f.P50Ms, FloorFactor*fl.P50Ms, "%s ms vs floor %s ms, %s",
 		FormatMs(f.P50Ms), FormatMs(fl.P50Ms), Ratio(f.P50Ms, fl.P50Ms))
 }
 
@@ -174,23 +257,8 @@ func highRateProducers(rs []bench.LatencyResult) Goal {
 	if !ok || f.AchievedPerSec == 0 {
 		return notMeasured(target, "no fila %s row at %d/s", HighRateMode, HighRate)
 	}
-	return judge(target, f.AchievedPerSec >= ProducerShare*float64(HighRate), "%.0f/s, %.1f%%",
+	return atLeast(target, f.AchievedPerSec, ProducerShare*float64(HighRate), "%.0f/s, %.1f%%",
 		f.AchievedPerSec, 100*f.AchievedPerSec/float64(HighRate))
-}
-
-func highRateVsRiver(rs []bench.LatencyResult) Goal {
-	target := fmt.Sprintf("%s p50 at %d/s ≤ River tuned's", HighRateMode, HighRate)
-	p50 := func(l bench.LatencyResult) float64 { return l.P50Ms }
-	f, ok := findLatency(rs, bench.SystemFila, HighRateMode, HighRate)
-	if !ok {
-		return notMeasured(target, "no fila %s row at %d/s", HighRateMode, HighRate)
-	}
-	r, ok := riverTuned(rs, HighRate, p50)
-	if !ok {
-		return notMeasured(target, "fila %s ms; %s", FormatMs(f.P50Ms), noPeers)
-	}
-	return judge(target, f.P50Ms <= r.P50Ms, "%s ms vs river %s %s ms, %s",
-		FormatMs(f.P50Ms), r.Mode, FormatMs(r.P50Ms), Ratio(f.P50Ms, r.P50Ms))
 }
 
 func findThroughput(ts []bench.ThroughputResult, system, mode string) (bench.ThroughputResult, bool) {
@@ -202,23 +270,33 @@ func findThroughput(ts []bench.ThroughputResult, system, mode string) (bench.Thr
 	return bench.ThroughputResult{}, false
 }
 
-func drainVsRiver(ts []bench.ThroughputResult) Goal {
-	target := fmt.Sprintf("drain ≥ %.1f× River's best tuned drain", DrainOverRiver)
-	d, ok := findThroughput(ts, bench.SystemFila, bench.ThroughputDrain)
-	if !ok {
-		return notMeasured(target, "no fila drain: run the drain scenario")
-	}
+// BestTunedDrain returns the fastest drain of any peer in a tuned
+// configuration.
+func BestTunedDrain(ts []bench.ThroughputResult) (bench.ThroughputResult, bool) {
 	var best *bench.ThroughputResult
 	for i, t := range ts {
-		if t.System == bench.SystemRiver && strings.HasPrefix(t.Mode, bench.TunedPrefix) && (best == nil || t.JobsPerSec > best.JobsPerSec) {
+		if IsPeer(t.System) && strings.HasPrefix(t.Mode, bench.TunedPrefix) && (best == nil || t.JobsPerSec > best.JobsPerSec) {
 			best = &ts[i]
 		}
 	}
 	if best == nil {
+		return bench.ThroughputResult{}, false
+	}
+	return *best, true
+}
+
+func drainVsPeers(ts []bench.ThroughputResult) Goal {
+	target := fmt.Sprintf("drain ≥ %.1f× the best peer's best tuned drain", DrainOverPeer)
+	d, ok := findThroughput(ts, bench.SystemFila, bench.ThroughputDrain)
+	if !ok {
+		return notMeasured(target, "no fila drain: run the drain scenario")
+	}
+	best, ok := BestTunedDrain(ts)
+	if !ok {
 		return notMeasured(target, "fila %.0f/s; %s", d.JobsPerSec, noPeers)
 	}
-	return judge(target, d.JobsPerSec >= DrainOverRiver*best.JobsPerSec, "%.0f/s vs river %s %.0f/s, %s",
-		d.JobsPerSec, best.Mode, best.JobsPerSec, Ratio(d.JobsPerSec, best.JobsPerSec))
+	return atLeast(target, d.JobsPerSec, DrainOverPeer*best.JobsPerSec, "%.0f/s vs %s %s %.0f/s, %s",
+		d.JobsPerSec, best.System, best.Mode, best.JobsPerSec, Ratio(d.JobsPerSec, best.JobsPerSec))
 }
 
 func drainVsSQLFloor(ts []bench.ThroughputResult) Goal {
@@ -231,7 +309,7 @@ func drainVsSQLFloor(ts []bench.ThroughputResult) Goal {
 	if !ok {
 		return notMeasured(target, "fila %.0f/s; no SQL floor: run the sqlfloor scenario", d.JobsPerSec)
 	}
-	return judge(target, d.JobsPerSec >= DrainOverSQLFloor*f.JobsPerSec, "%.0f/s vs %.0f/s, %s",
+	return atLeast(target, d.JobsPerSec, DrainOverSQLFloor*f.JobsPerSec, "%.0f/s vs %.0f/s, %s",
 		d.JobsPerSec, f.JobsPerSec, Ratio(d.JobsPerSec, f.JobsPerSec))
 }
 
@@ -265,14 +343,16 @@ func soakGoals(s *bench.SoakResult) []Goal {
 		return []Goal{notMeasured(size, why), notMeasured(flat, why)}
 	}
 	first, last := s.Windows[0], s.Windows[len(s.Windows)-1]
-	sizeOK, worst := SoakSizeOK(s)
+	_, worst := SoakSizeOK(s)
 	flatOK, ratio := SoakP99Flat(s)
-	return []Goal{
-		judge(size, sizeOK, "first %s, largest %s (%s), %d windows of %s at %d/s",
-			FormatBytes(first.TableBytes), FormatBytes(int64(worst*float64(first.TableBytes))),
-			formatNumber(worst)+"×", len(s.Windows), formatSeconds(s.WindowSec), s.RatePerSec),
-		judge(flat, flatOK, "first %s ms, last %s ms, %s", FormatMs(first.P99Ms), FormatMs(last.P99Ms), formatNumber(ratio)+"×"),
+	sizeGoal := atMost(size, worst, SoakSizeFactor, "first %s, largest %s (%s), %d windows of %s at %d/s",
+		FormatBytes(first.TableBytes), FormatBytes(int64(worst*float64(first.TableBytes))),
+		formatNumber(worst)+"×", len(s.Windows), formatSeconds(s.WindowSec), s.RatePerSec)
+	flatGoal := judge(flat, flatOK, "first %s ms, last %s ms, %s", FormatMs(first.P99Ms), FormatMs(last.P99Ms), formatNumber(ratio)+"×")
+	if !math.IsNaN(ratio) {
+		flatGoal = atMost(flat, ratio, SoakP99Factor, "%s", flatGoal.Detail)
 	}
+	return []Goal{sizeGoal, flatGoal}
 }
 
 func bigTableGoal(b *bench.BigTableResult) Goal {
@@ -282,15 +362,18 @@ func bigTableGoal(b *bench.BigTableResult) Goal {
 	}
 	target := fmt.Sprintf("pickup p50 with %d completed and %d future-scheduled rows ≤ %.1f× the empty table's",
 		b.Completed, b.Scheduled, BigTableFactor)
-	return judge(target, b.Big.P50Ms <= BigTableFactor*b.Empty.P50Ms, "%s ms vs %s ms empty, %s",
+	return atMost(target, b.Big.P50Ms, BigTableFactor*b.Empty.P50Ms, "%s ms vs %s ms empty, %s",
 		FormatMs(b.Big.P50Ms), FormatMs(b.Empty.P50Ms), Ratio(b.Big.P50Ms, b.Empty.P50Ms))
 }
 
 // IdleBound is the most transactions an idle worker should run in its
-// window: one per poll interval and one per listener keep-alive, each
-// rounded up.
+// window: one per poll interval, one per listener keep-alive and one per
+// refresh of its row, each rounded up.
 func IdleBound(x bench.IdleResult) int {
 	n := 0
+	if x.LivenessSec > 0 {
+		n += int(math.Ceil(x.Seconds / x.LivenessSec))
+	}
 	if x.SafetyPollSec > 0 {
 		n += int(math.Ceil(x.Seconds / x.SafetyPollSec))
 	}
@@ -301,14 +384,31 @@ func IdleBound(x bench.IdleResult) int {
 }
 
 func idleGoal(idle []bench.IdleResult) Goal {
-	target := "idle notify worker: at most one query per safety poll plus keep-alives"
+	target := "idle notify worker: at most one query per safety poll plus keep-alives and liveness refreshes"
 	for _, x := range idle {
-		if x.Mode == bench.ModeNotify {
-			return judge(target, x.Transactions <= int64(IdleBound(x)), "%d transactions in %.0f s, bound %d",
+		if x.Mode == bench.ModeNotify && x.Queues == 0 {
+			return atMost(target, float64(x.Transactions), float64(IdleBound(x)), "%d transactions in %.0f s, bound %d",
 				x.Transactions, x.Seconds, IdleBound(x))
 		}
 	}
 	return notMeasured(target, "run the idle scenario")
+}
+
+// idleQueuesGoal judges the idle notify worker of the most queues: its cost
+// must not grow with them.
+func idleQueuesGoal(idle []bench.IdleResult) Goal {
+	var most *bench.IdleResult
+	for i, x := range idle {
+		if x.Mode == bench.ModeNotify && x.Queues > 0 && (most == nil || x.Queues > most.Queues) {
+			most = &idle[i]
+		}
+	}
+	if most == nil {
+		return notMeasured("idle notify worker of many queues: at most one query per safety poll plus keep-alives and liveness refreshes", "run the idle scenario")
+	}
+	target := fmt.Sprintf("idle notify worker of %d queues: at most one query per safety poll plus keep-alives and liveness refreshes", most.Queues)
+	return atMost(target, float64(most.Transactions), float64(IdleBound(*most)), "%d transactions in %.0f s, bound %d",
+		most.Transactions, most.Seconds, IdleBound(*most))
 }
 
 // FormatBytes formats a size in binary units: "812 kB", "14.2 MB", "1.30 GB".

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fila-run/fila/internal/duration"
 )
 
 // How often Progress writes. A terminal redraws one line in place, so it can
@@ -122,7 +124,9 @@ func (p *Progress) draw(now time.Time) {
 	_, _ = io.WriteString(p.w, "\r"+line+pad)
 }
 
-// line formats the state after elapsed: on a terminal
+// line formats the state after elapsed (a count past the total shows as
+// the total: a step that does a little more than it planned is done, not
+// at 104%): on a terminal
 //
 //	label [#########---------------]  37%  370/1000  412/s  ETA 2s
 //
@@ -154,21 +158,16 @@ func (p *Progress) line(elapsed time.Duration) string {
 		}
 		return strings.TrimRight(fmt.Sprintf("%s: %d, %s, %s", p.label, p.n, rateStr, tail), ", ")
 	}
-	frac := min(max(float64(p.n)/float64(p.total), 0), 1)
+	n := min(max(p.n, 0), p.total)
+	frac := float64(n) / float64(p.total)
 	pct := int(frac * 100)
 	if p.tty {
 		filled := int(frac * barWidth)
 		bar := strings.Repeat("#", filled) + strings.Repeat("-", barWidth-filled)
-		return fmt.Sprintf("%s [%s] %3d%%  %d/%d  %s  %s", p.label, bar, pct, p.n, p.total, rateStr, tail)
+		return fmt.Sprintf("%s [%s] %3d%%  %d/%d  %s  %s", p.label, bar, pct, n, p.total, rateStr, tail)
 	}
-	return fmt.Sprintf("%s: %d/%d (%d%%), %s, %s", p.label, p.n, p.total, pct, rateStr, tail)
+	return fmt.Sprintf("%s: %d/%d (%d%%), %s, %s", p.label, n, p.total, pct, rateStr, tail)
 }
 
-// formatDuration rounds d to what a person waiting cares about: tenths of a
-// second under 10 s, whole seconds above.
-func formatDuration(d time.Duration) string {
-	if d < 10*time.Second {
-		return d.Round(100 * time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
-}
+// formatDuration writes d as fila's command line writes every duration.
+func formatDuration(d time.Duration) string { return duration.Format(d) }

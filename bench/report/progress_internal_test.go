@@ -133,3 +133,24 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 	return lines[len(lines)-1]
 }
+
+// A step that counts past its planned total (a soak's producers catching
+// up, a wait that runs a little longer) shows 100%, never more.
+func TestProgressNeverPassesItsTotal(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	var b bytes.Buffer
+	p := newProgress(&b, "soak", 100, false, clock.now)
+	clock.advance(2 * time.Second)
+	p.Set(150)
+	require.Equal(t, "soak: 100/100 (100%), 75.0/s, ETA 0s\n", b.String())
+	b.Reset()
+	p.Done()
+	require.Equal(t, "soak: 100/100 (100%), 75.0/s, in 2s\n", b.String())
+
+	b.Reset()
+	tty := newProgress(&b, "idle", 10, true, clock.now)
+	clock.advance(time.Second)
+	tty.Set(12)
+	require.Contains(t, b.String(), "[########################] 100%  10/10")
+}

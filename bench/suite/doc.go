@@ -27,6 +27,9 @@
 //     in the future;
 //   - bulk: runtime.InsertMany of a large batch next to a COPY of the same
 //     rows;
+//   - flows (not run by default): the same number of jobs drained plain,
+//     as one workflow of layers of 100 (each job after two of the layer
+//     before), and as sequences of three, each beside the plain drain;
 //   - soak (not run by default): minutes of steady inserts with short
 //     retention, window by window: pickup p50/p99, throughput, deletions
 //     and the table's size.

@@ -36,26 +36,34 @@ const floorQueue = "default"
 // each notification arrives, until the queue is empty. Nothing of the
 // runtime runs in between.
 func (s *suite) runFloor(ctx context.Context, mode string, rate int) (res bench.LatencyResult, err error) {
+	res, _, err = s.runFloorTraced(ctx, mode, rate, nil)
+	return res, err
+}
+
+// runFloorTraced is runFloor with the claimer's trace set (see
+// floorClaimer); it also returns the run's recorder.
+func (s *suite) runFloorTraced(ctx context.Context, mode string, rate int, trace func(id int64, notified, sent, replied time.Time)) (res bench.LatencyResult, rec *recorder, err error) {
 	db, err := s.srv.fresh(ctx)
 	if err != nil {
-		return res, err
+		return res, rec, err
 	}
 	defer func() { err = errors.Join(err, db.drop()) }()
 
 	conn, err := listenConn(ctx, db.dsn, floorQueue)
 	if err != nil {
-		return res, err
+		return res, rec, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var claim *floorClaimer
 	if mode == FloorListenClaim {
 		if claim, err = newFloorClaimer(ctx, db.dsn); err != nil {
-			return res, err
+			return res, rec, err
 		}
+		claim.trace = trace
 		defer claim.close(context.WithoutCancel(ctx))
 	}
 
-	rec := newRecorder(s.jobsFor(rate))
+	rec = newRecorder(s.jobsFor(rate))
 	lctx, stopListening := context.WithCancel(ctx)
 	listenErr := make(chan error, 1)
 	go func() { listenErr <- floorLoop(lctx, conn, claim, rec.pickedUp) }()
@@ -65,7 +73,8 @@ func (s *suite) runFloor(ctx context.Context, mode string, rate int) (res bench.
 			err = errors.Join(err, lerr)
 		}
 	}()
-	return s.measure(ctx, db, rec, SystemFloor, mode, rate, ScenarioLatency)
+	res, err = s.measure(ctx, db, rec, SystemFloor, mode, rate, ScenarioLatency)
+	return res, rec, err
 }
 
 // listenConn opens a direct connection and LISTENs on queue's channel.
@@ -100,6 +109,10 @@ func listenConn(ctx context.Context, dsn, queue string) (*pgx.Conn, error) {
 // job, no pool in between.
 type floorClaimer struct {
 	conn *pgx.Conn
+	// trace, if set, is told of each claim that returned a job: when the
+	// notification that led to it arrived, when the claim was sent and when
+	// its reply was read (the breakdown scenario's steps).
+	trace func(id int64, notified, sent, replied time.Time)
 }
 
 func newFloorClaimer(ctx context.Context, dsn string) (*floorClaimer, error) {
@@ -123,9 +136,13 @@ func (c *floorClaimer) close(ctx context.Context) { _ = c.conn.Close(ctx) }
 // claimAll claims one job at a time from the head of queue until none is
 // left, so a burst behind one notification is drained, and tells claimed
 // of each job the moment its claim returns. It returns how many it claimed.
-func (c *floorClaimer) claimAll(ctx context.Context, queue string, claimed func(id int64, at time.Time)) (int, error) {
+func (c *floorClaimer) claimAll(ctx context.Context, queue string, notified time.Time, claimed func(id int64, at time.Time)) (int, error) {
 	for n := 0; ; n++ {
 		var id int64
+		var sent time.Time
+		if c.trace != nil {
+			sent = time.Now()
+		}
 		err := c.conn.QueryRow(ctx, floorClaimStmt, queue, floorLease).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return n, nil
@@ -133,7 +150,11 @@ func (c *floorClaimer) claimAll(ctx context.Context, queue string, claimed func(
 		if err != nil {
 			return n, fmt.Errorf("floor claim: %w", err)
 		}
-		claimed(id, time.Now())
+		replied := time.Now()
+		claimed(id, replied)
+		if c.trace != nil {
+			c.trace(id, notified, sent, replied)
+		}
 	}
 }
 
@@ -146,14 +167,15 @@ func floorLoop(ctx context.Context, conn *pgx.Conn, claim *floorClaimer, pickedU
 		if err != nil {
 			return err
 		}
+		notified := time.Now()
 		if claim == nil {
-			t1 := time.Now()
+			t1 := notified
 			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
 				pickedUp(id, t1)
 			}
 			continue
 		}
-		if _, err := claim.claimAll(ctx, floorQueue, pickedUp); err != nil {
+		if _, err := claim.claimAll(ctx, floorQueue, notified, pickedUp); err != nil {
 			return err
 		}
 	}

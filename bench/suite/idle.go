@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,17 +34,28 @@ const baselineRun = 3 * time.Second
 
 // idleWorker is one idle runtime in a database of its own.
 type idleWorker struct {
-	mode  string
-	db    *database
-	stop  func() error
-	ready time.Time
-	lived time.Duration // from ready to stopped
-	setup int64         // the database's transactions before the worker started
+	mode string
+	// queues, when set, is how many queues it serves, with a safety poll
+	// of IdleQueuesSafetyPoll; else one queue and the default.
+	queues int
+	db     *database
+	stop   func() error
+	ready  time.Time
+	lived  time.Duration // from ready to stopped
+	setup  int64         // the database's transactions before the worker started
 }
 
 // run starts the worker and waits until it is ready.
 func (w *idleWorker) run(ctx context.Context, log *zap.Logger) error {
-	rt, err := runtime.New(runtimeConfig(w.mode, w.db.dsn, log, noop))
+	cfg := runtimeConfig(w.mode, w.db.dsn, log, noop)
+	if w.queues > 0 {
+		cfg.Queues = make([]string, w.queues)
+		for i := range cfg.Queues {
+			cfg.Queues[i] = "q" + strconv.Itoa(i)
+		}
+		cfg.SafetyPoll = IdleQueuesSafetyPoll
+	}
+	rt, err := runtime.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -77,7 +88,15 @@ func (w *idleWorker) halt() error {
 // cancelled out. Every mode runs at once. Backend CPU is read from /proc
 // over the window.
 func (s *suite) idle(ctx context.Context) (err error) {
-	modes := s.availableModes(ScenarioIdle)
+	var specs []idleWorker // what is measured: the modes, then notify workers of many queues
+	for _, m := range s.availableModes(ScenarioIdle) {
+		specs = append(specs, idleWorker{mode: m})
+		if m == ModeNotify {
+			for _, n := range s.opts.IdleQueues {
+				specs = append(specs, idleWorker{mode: m, queues: n})
+			}
+		}
+	}
 	var all []*idleWorker
 	defer func() {
 		for _, w := range all {
@@ -87,14 +106,17 @@ func (s *suite) idle(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	measured := make([]*idleWorker, len(modes))
-	baseline := make([]*idleWorker, len(modes))
-	for i, m := range modes {
-		baseline[i], measured[i] = &idleWorker{mode: m}, &idleWorker{mode: m}
+	measured := make([]*idleWorker, len(specs))
+	baseline := make([]*idleWorker, len(specs))
+	hasNotify := false
+	for i, sp := range specs {
+		b, m := sp, sp
+		baseline[i], measured[i] = &b, &m
 		all = append(all, baseline[i], measured[i])
+		hasNotify = hasNotify || sp.mode == ModeNotify
 	}
 	var control *queueControl
-	if slices.Contains(modes, ModeNotify) {
+	if hasNotify {
 		control = &queueControl{s: s}
 		defer func() {
 			err = errors.Join(err, control.stop(ctx))
@@ -141,7 +163,9 @@ func (s *suite) idle(ctx context.Context) (err error) {
 	}
 
 	window := s.opts.IdleDuration
-	prog := report.NewProgress(s.opts.Progress, "idle", int(window.Seconds()))
+	// Seconds since the last measured worker was ready: the baseline run,
+	// then the window.
+	prog := report.NewProgress(s.opts.Progress, "idle", int((window + baselineRun).Seconds()))
 	defer prog.Done()
 	for i, w := range baseline {
 		wg.Go(func() {
@@ -159,7 +183,7 @@ func (s *suite) idle(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	cpu0 := make([]map[int]float64, len(modes))
+	cpu0 := make([]map[int]float64, len(specs))
 	for i, w := range measured {
 		cpu0[i] = s.backendCPU(ctx, w.db.name)
 	}
@@ -184,7 +208,7 @@ func (s *suite) idle(ctx context.Context) (err error) {
 		}
 		prog.Set(int(time.Since(last).Seconds()))
 	}
-	cpu1 := make([]map[int]float64, len(modes))
+	cpu1 := make([]map[int]float64, len(specs))
 	for i, w := range measured {
 		cpu1[i] = s.backendCPU(ctx, w.db.name)
 	}
@@ -196,12 +220,17 @@ func (s *suite) idle(ctx context.Context) (err error) {
 		return fmt.Errorf("workers: %w", err)
 	}
 	var queueReads int64
+	var controlListened time.Duration
 	if control != nil {
-		if queueReads, err = control.queueReads(ctx); err != nil {
+		if queueReads, controlListened, err = control.queueReads(ctx); err != nil {
 			return err
 		}
 	}
-	for i, m := range modes {
+	for i, sp := range specs {
+		m, label := sp.mode, sp.mode
+		if sp.queues > 0 {
+			label = fmt.Sprintf("%s, %d queues", m, sp.queues)
+		}
 		txM, err := s.exitedTransactions(ctx, measured[i].db.name)
 		if err != nil {
 			return err
@@ -210,10 +239,10 @@ func (s *suite) idle(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		s.log.Debug("idle transactions", zap.String("mode", m), zap.Int64("measured", txM), zap.Int64("baseline", txB),
+		s.log.Debug("idle transactions", zap.String("mode", label), zap.Int64("measured", txM), zap.Int64("baseline", txB),
 			zap.Int64("measured_setup", measured[i].setup), zap.Int64("baseline_setup", baseline[i].setup))
 		if autovacuumed[measured[i].db.name] || autovacuumed[baseline[i].db.name] {
-			s.res.note("idle %s: an autovacuum worker visited one of its databases during the window; its transactions are counted too", m)
+			s.res.note("idle %s: an autovacuum worker visited one of its databases during the window; its transactions are counted too", label)
 		}
 		secs := (measured[i].lived - baseline[i].lived).Seconds()
 		tx := (txM - measured[i].setup) - (txB - baseline[i].setup)
@@ -221,26 +250,33 @@ func (s *suite) idle(ctx context.Context) (err error) {
 			// The two workers' start-ups differ by a statement or two (a
 			// reconnect, a claim that raced the stop): the window cost less
 			// than that noise.
-			s.res.note("idle %s: the baseline worker ran %d more transactions than the measured one; counted as 0", m, -tx)
+			s.res.note("idle %s: the baseline worker ran %d more transactions than the measured one; counted as 0", label, -tx)
 			tx = 0
 		}
 		var reads int64
-		if m == ModeNotify && queueReads > 0 {
-			// Not the worker's doing: any LISTEN on this server paid them.
-			reads = min(queueReads, tx)
+		if m == ModeNotify && queueReads > 0 && controlListened > 0 {
+			// Not the worker's doing: any LISTEN on this server paid them,
+			// at the rate the bare LISTEN paid, over this worker's window
+			// (the windows differ by how long each stop took, seconds on a
+			// loaded machine).
+			expected := int64(math.Round(float64(queueReads) * secs / controlListened.Seconds()))
+			reads = min(expected, tx)
 			tx -= reads
-			s.res.note("idle %s: a bare LISTEN over the same window ran %d transactions reading other databases' notifications from the server's shared queue; the worker's listener paid about as many, not counted as its own",
-				m, queueReads)
+			s.res.note("idle %s: a bare LISTEN ran %d transactions in %.2f s reading other databases' notifications from the server's shared queue; the worker's listener paid as many a second over its %.2f s, %d not counted as its own",
+				label, queueReads, controlListened.Seconds(), secs, reads)
 		}
 		r := bench.IdleResult{
-			System: SystemFila, Mode: m, Seconds: secs,
+			System: SystemFila, Mode: m, Queues: sp.queues, Seconds: secs,
 			Transactions: tx, TxPerSec: float64(tx) / secs,
 			Backends: len(cpu1[i]), CPUMs: cpuDelta(cpu0[i], cpu1[i]),
-			QueueReads: reads,
+			QueueReads: reads, LivenessSec: runtime.LivenessIntervalDefault.Seconds(),
 		}
 		switch m {
 		case ModeNotify:
 			r.SafetyPollSec = fallbackpoll.SafetyPollDefault.Seconds()
+			if sp.queues > 0 {
+				r.SafetyPollSec = IdleQueuesSafetyPoll.Seconds()
+			}
 			r.PingSec = listener.PingIntervalDefault.Seconds()
 		case ModeWAL:
 			r.SafetyPollSec = fallbackpoll.SafetyPollDefault.Seconds()

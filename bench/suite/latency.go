@@ -117,9 +117,10 @@ func (s *suite) latency(ctx context.Context) error {
 	return nil
 }
 
-// jobsFor is how many jobs a run at rate inserts.
+// jobsFor is how many jobs a run at rate inserts: Duration's worth, and
+// at least MinSamples.
 func (s *suite) jobsFor(rate int) int {
-	return max(int(int64(rate)*int64(s.opts.Duration)/int64(time.Second)), 1)
+	return max(int(int64(rate)*int64(s.opts.Duration)/int64(time.Second)), s.opts.MinSamples, 1)
 }
 
 // runFila measures one runtime mode at one rate in a fresh database.

@@ -21,7 +21,7 @@ func WriteText(w io.Writer, r *Results) error {
 	fmt.Fprintf(&b, "server: %s\n", r.Server)
 	b.WriteString("Each scenario ran in a fresh database. On a shared 2-core machine these numbers are noisy: compare runs made back to back.\n")
 	sections := []func(*bytes.Buffer, *Results) error{latencySection, overheadSection, throughputSection, idleSection,
-		producersSection, bigTableSection, bulkSection, soakSection, goalsSection}
+		producersSection, bigTableSection, bulkSection, breakdownSection, soakSection, goalsSection}
 	for _, sec := range sections {
 		if err := sec(&b, r); err != nil {
 			return err
@@ -45,7 +45,7 @@ func latencySection(b *bytes.Buffer, r *Results) error {
 	if err := report.LatencyTable(b, r.Latency); err != nil {
 		return err
 	}
-	b.WriteString("From just before the producer's COMMIT to the handler's first line (fila, river) or to the notification /\n" +
+	b.WriteString("From just before the producer's COMMIT to the handler's first line (fila, peers) or to the notification /\n" +
 		"the claim's return (floor), on one clock. reached/s: the commit rate the producers reached (rate/s was asked).\n" +
 		"lost: committed but not started within 5 s of the last commit. floor listen: a bare LISTEN connection;\n" +
 		"floor listen+claim: the same plus a one-row UPDATE … SKIP LOCKED claim, prepared, on a direct connection,\n" +
@@ -100,8 +100,47 @@ func throughputSection(b *bytes.Buffer, r *Results) error {
 	}
 	b.WriteString("drain: from starting the workers on a backlog until every completion is written; steady: jobs completed\n" +
 		"while producers insert at once; sql-floor: a minimal batch claim and one fenced UPDATE per batch, both prepared,\n" +
-		"no runtime, timed from opening its connections as the drain is from starting the runtime; river rows come\n" +
-		"from bench/peers in this run (its pool is open before its clock starts).\n")
+		"no runtime, timed from opening its connections as the drain is from starting the runtime; peer rows come\n" +
+		"from bench/peers in this run (River's pool is open before its clock starts; graphile-worker's and pg-boss's\n" +
+		"Node.js process is running, its schema installed, and its workers start inside the clock).\n")
+	for _, x := range r.Throughput {
+		if x.System == SystemFila && x.GoCPUMs > 0 && x.Jobs > 0 {
+			fmt.Fprintf(b, "fila %s: the Go process used %.0f ms of CPU for %d jobs, %.1f µs a job (garbage collector about %.1f µs);\n"+
+				"  %.2f of the machine's %d CPUs over the drain's %.2f s.\n",
+				x.Mode, x.GoCPUMs, x.Jobs, 1000*x.GoCPUMs/float64(x.Jobs), 1000*x.GoGCCPUMs/float64(x.Jobs),
+				x.GoCPUMs/1000/x.Seconds, r.Machine.CPUs, x.Seconds)
+		}
+	}
+	return nil
+}
+
+// breakdownSection shows where one pickup's time goes, step by step.
+func breakdownSection(b *bytes.Buffer, r *Results) error {
+	if len(r.Breakdown) == 0 {
+		return nil
+	}
+	for _, x := range r.Breakdown {
+		t := report.Table{
+			Title: fmt.Sprintf("Where a pickup's time goes: %s %s at %d/s, %d of %d jobs traced (latency p50 %s ms over all)",
+				x.System, x.Mode, x.RatePerSec, x.Traced, x.Jobs, report.FormatMs(x.LatencyP50Ms)),
+			Header:     []string{"step", "p50 ms", "mean ms"},
+			AlignRight: []bool{false, true, true},
+		}
+		for _, st := range x.Steps {
+			t.Rows = append(t.Rows, []string{st.Name, report.FormatMs(st.P50Ms), report.FormatMs(st.MeanMs)})
+		}
+		t.Rows = append(t.Rows, []string{"whole pickup (traced jobs)", report.FormatMs(x.TracedP50Ms), report.FormatMs(x.TracedMeanMs)})
+		b.WriteString("\n")
+		if err := t.Write(b); err != nil {
+			return err
+		}
+		if x.BareRoundTripMs > 0 {
+			fmt.Fprintf(b, "A bare SELECT 1 on the same pool after the run: %s ms round trip (p50).\n", report.FormatMs(x.BareRoundTripMs))
+		}
+	}
+	b.WriteString("Steps on one clock: COMMIT sent, the notification read by a bare LISTEN connection (beside Fila's own\n" +
+		"listener), the producer woken (Observer.Woken), the claim handed to pgx and its reply read (a pgx tracer on\n" +
+		"the runtime's pool; for Fila the claim by id), the handler's first line. Means add up; medians need not.\n")
 	return nil
 }
 
@@ -124,7 +163,11 @@ func idleSection(b *bytes.Buffer, r *Results) error {
 		if x.Mode == ModeWAL {
 			bound = "—" // its replication connection's own traffic has no fixed budget here
 		}
-		t.Rows = append(t.Rows, []string{x.Mode, strconv.FormatFloat(x.Seconds, 'f', 1, 64),
+		mode := x.Mode
+		if x.Queues > 0 {
+			mode = fmt.Sprintf("%s, %d queues, safety poll %s", x.Mode, x.Queues, formatSec(x.SafetyPollSec))
+		}
+		t.Rows = append(t.Rows, []string{mode, strconv.FormatFloat(x.Seconds, 'f', 1, 64),
 			strconv.FormatInt(x.Transactions, 10), report.FormatMs(x.TxPerSec), bound,
 			report.FormatMs(x.TxPerSec * 30), strconv.Itoa(x.Backends), cpu, cpuRate})
 	}
@@ -133,10 +176,11 @@ func idleSection(b *bytes.Buffer, r *Results) error {
 		return err
 	}
 	b.WriteString("bound: one transaction per poll interval in the window, rounded up (notify: safety poll every 30 s plus the\n" +
-		"listener's keep-alive every 10 s). A window shorter than 30 s may hold no safety poll at all: run --idle-duration 60s\n" +
+		"listener's keep-alive every 10 s), plus one per refresh of the worker's row (every 5 s, every mode). A window shorter than 30 s may hold no safety poll at all: run --idle-duration 60s\n" +
 		"to see it. Counted from pg_stat_database after the workers' backends exited; CPU from /proc (— when remote).\n" +
 		"notify: less what a bare LISTEN in a database of its own ran over the same window, reading other databases'\n" +
-		"notifications from the server's shared queue (noted below when there were any).\n")
+		"notifications from the server's shared queue (noted below when there were any). The rows of many queues poll\n" +
+		"every queue in one statement per safety poll, so their bound does not grow with the queues.\n")
 	return nil
 }
 
@@ -301,16 +345,19 @@ func WriteJSON(path string, r *Results) error {
 }
 
 // ChartSeries are the latency curves at rate: the floors first, then Fila's
-// modes, then River's when it ran.
+// modes, then every peer's that ran, in the order they ran.
 func ChartSeries(r *Results, rate int) []report.Series {
 	var s []report.Series
-	for _, sys := range []string{SystemFloor, SystemFila, bench.SystemRiver} {
+	add := func(keep func(string) bool) {
 		for _, l := range r.Latency {
-			if l.System == sys && l.RatePerSec == rate {
+			if keep(l.System) && l.RatePerSec == rate {
 				s = append(s, report.Series{Name: l.System + " " + l.Mode, SamplesMs: l.SamplesMs})
 			}
 		}
 	}
+	add(func(sys string) bool { return sys == SystemFloor })
+	add(func(sys string) bool { return sys == SystemFila })
+	add(report.IsPeer)
 	return s
 }
 
@@ -322,3 +369,6 @@ func WriteChart(path string, r *Results, rate int) error {
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
+
+// formatSec formats whole seconds as a duration ("2s", "30s").
+func formatSec(sec float64) string { return (time.Duration(sec * float64(time.Second))).String() }

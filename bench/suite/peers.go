@@ -22,9 +22,11 @@ import (
 // module: the repository's, from its root.
 const PeersDirDefault = "bench/peers"
 
-// PeerSystems are the peers `fila bench --peers` runs: River, the one the
-// goals compare with. bench/peers also runs gue.
-const PeerSystems = bench.SystemRiver
+// PeerSystems are the peers `fila bench --peers` runs, the ones a team
+// choosing a PostgreSQL job queue would compare: River (Go),
+// graphile-worker and pg-boss (Node.js). The goals compare with the best of
+// them. bench/peers also runs gue.
+var PeerSystems = []string{bench.SystemRiver, bench.SystemGraphileWorker, bench.SystemPgBoss}
 
 // peersUnavailable says why the peers could not run here at all (no
 // module, no toolchain), as opposed to a run that failed.
@@ -76,10 +78,11 @@ func (s *suite) peers(ctx context.Context) error {
 	for i, r := range s.opts.Rates {
 		rates[i] = strconv.Itoa(r)
 	}
-	args := []string{"run", ".", "--with-fila=false", "--systems", PeerSystems,
+	args := []string{"run", ".", "--with-fila=false", "--systems", strings.Join(PeerSystems, ","),
 		"--scenarios", strings.Join(scenarios, ","),
 		"--rates", strings.Join(rates, ","),
 		"--duration", s.opts.Duration.String(),
+		"--min-samples", strconv.Itoa(max(s.opts.MinSamples, 0)),
 		"--drain-jobs", strconv.Itoa(s.opts.DrainJobs),
 		"--dsn", s.srv.adminDSN,
 		"--json", path,
@@ -116,6 +119,6 @@ func (s *suite) peers(ctx context.Context) error {
 	}
 	s.res.Latency = append(s.res.Latency, pr.Latency...)
 	s.res.Throughput = append(s.res.Throughput, pr.Throughput...)
-	s.res.Peers = fmt.Sprintf("%s, run by bench/peers after Fila's scenarios", PeerSystems)
+	s.res.Peers = fmt.Sprintf("%s, run by bench/peers after Fila's scenarios", strings.Join(PeerSystems, ", "))
 	return nil
 }

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,6 +28,11 @@ type queueControl struct {
 	fixed int64 // transactions of connecting, listening and closing once
 	base  int64 // the database's count before the window
 	conn  *pgx.Conn
+	// listenedAt is when the current LISTEN began, and listened how long
+	// the last one lasted: reads accrue with time listened, and each
+	// worker's window is its own length.
+	listenedAt time.Time
+	listened   time.Duration
 }
 
 // prepare measures the control's fixed cost: one connection that listens
@@ -61,6 +67,7 @@ func (c *queueControl) listen(ctx context.Context) error {
 	if _, err := c.conn.Exec(ctx, "LISTEN "+controlChannel); err != nil {
 		return fmt.Errorf("idle control: listen: %w", err)
 	}
+	c.listenedAt = time.Now()
 	return nil
 }
 
@@ -70,19 +77,21 @@ func (c *queueControl) stop(ctx context.Context) error {
 		return nil
 	}
 	err := c.conn.Close(context.WithoutCancel(ctx))
+	c.listened = time.Since(c.listenedAt)
 	c.conn = nil
 	return err
 }
 
 // queueReads stops listening and returns the transactions the control ran
-// since base beyond its fixed cost: its reads of other databases' traffic.
-func (c *queueControl) queueReads(ctx context.Context) (int64, error) {
+// since base beyond its fixed cost (its reads of other databases' traffic),
+// and how long it listened for them.
+func (c *queueControl) queueReads(ctx context.Context) (int64, time.Duration, error) {
 	if err := c.stop(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	n, err := c.s.exitedTransactions(ctx, c.db.name)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return max(0, n-c.base-c.fixed), nil
+	return max(0, n-c.base-c.fixed), c.listened, nil
 }

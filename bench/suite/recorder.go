@@ -72,6 +72,22 @@ func (r *recorder) pickedUp(id int64, t time.Time) {
 	}
 }
 
+// times returns job id's COMMIT and pick-up instants, when both were
+// recorded.
+func (r *recorder) times(id int64) (t0, t1 time.Time, ok bool) {
+	r.mu.RLock()
+	seq, known := r.seq[id]
+	r.mu.RUnlock()
+	if !known || seq < 0 {
+		return t0, t1, false
+	}
+	a, b := r.t0[seq].Load(), r.t1[seq].Load()
+	if a == 0 || b == 0 {
+		return t0, t1, false
+	}
+	return r.base.Add(time.Duration(a - 1)), r.base.Add(time.Duration(b - 1)), true
+}
+
 // result turns what was recorded into a LatencyResult: jobs committed but
 // not started are lost.
 func (r *recorder) result(system, mode string, rate int) bench.LatencyResult {

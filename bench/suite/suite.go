@@ -28,16 +28,18 @@ const (
 	ScenarioBigTable  = "bigtable"
 	ScenarioBulk      = "bulk"
 	ScenarioSoak      = "soak"
+	ScenarioBreakdown = "breakdown"
+	ScenarioFlows     = "flows"
 )
 
 // Scenarios lists every scenario in the order they run.
 var Scenarios = []string{ScenarioLatency, ScenarioFloor, ScenarioDrain, ScenarioSteady, ScenarioSQLFloor,
-	ScenarioIdle, ScenarioProducers, ScenarioBigTable, ScenarioBulk, ScenarioSoak}
+	ScenarioIdle, ScenarioProducers, ScenarioBigTable, ScenarioBulk, ScenarioBreakdown, ScenarioFlows, ScenarioSoak}
 
 // DefaultScenarios are the scenarios run when none are named: all but the
-// soak, which runs for minutes on its own, so a default run stays a few
-// minutes long.
-var DefaultScenarios = slices.DeleteFunc(slices.Clone(Scenarios), func(s string) bool { return s == ScenarioSoak })
+// soak, which runs for minutes on its own, and the flows, three drains of
+// their own, so a default run stays a few minutes long.
+var DefaultScenarios = slices.DeleteFunc(slices.Clone(Scenarios), func(s string) bool { return s == ScenarioSoak || s == ScenarioFlows })
 
 // Modes of the Fila runtime the latency and idle scenarios compare.
 const (
@@ -53,13 +55,18 @@ var Modes = []string{ModeNotify, ModePoll50, ModePoll200, ModePoll1s, ModeWAL}
 
 // Defaults of Options.
 var (
-	RatesDefault             = []int{10, 100, 1000}
-	ProducerCountsDefault    = []int{1, 4, 16, 64}
-	DurationDefault          = 4 * time.Second
-	DrainJobsDefault         = 20000
-	WorkersDefault           = 1000
-	ClaimBatchDefault        = 1000
-	IdleDurationDefault      = 10 * time.Second
+	RatesDefault          = []int{10, 100, 1000}
+	ProducerCountsDefault = []int{1, 4, 16, 64}
+	DurationDefault       = 4 * time.Second
+	// MinSamplesDefault is report.MinSamples: at 10 jobs/s, 20 s per row.
+	MinSamplesDefault   = report.MinSamples
+	DrainJobsDefault    = 20000
+	WorkersDefault      = 1000
+	ClaimBatchDefault   = 1000
+	IdleDurationDefault = 10 * time.Second
+	// IdleQueuesSafetyPoll is the safety poll of the idle scenario's
+	// workers of many queues: short, so a window of seconds holds several.
+	IdleQueuesSafetyPoll     = 2 * time.Second
 	ProducerDurationDefault  = 2 * time.Second
 	ChartRateDefault         = 100
 	SoakDurationDefault      = 5 * time.Minute
@@ -71,6 +78,10 @@ var (
 	BigTableRateDefault      = 100
 	BulkJobsDefault          = 100000
 )
+
+// IdleQueuesDefault are the queue counts of the idle scenario's workers of
+// many queues: the idle cost must not grow with them.
+var IdleQueuesDefault = []int{1, 100, 1000}
 
 // Options select and size the scenarios.
 type Options struct {
@@ -90,6 +101,11 @@ type Options struct {
 	// Duration is how long the producer runs per rate and mode, and how long
 	// the steady-state throughput runs. Defaults to DurationDefault.
 	Duration time.Duration
+	// MinSamples is the fewest jobs one latency run inserts, whatever
+	// Duration gives at its rate: at low rates the run is longer, so that
+	// its p50 can decide a goal. Defaults to MinSamplesDefault; negative
+	// for none (Duration alone).
+	MinSamples int
 	// DrainJobs is how many jobs the drain scenario inserts first. Defaults
 	// to DrainJobsDefault.
 	DrainJobs int
@@ -102,6 +118,10 @@ type Options struct {
 	// IdleDuration is the measured window of the idle scenario. Defaults to
 	// IdleDurationDefault.
 	IdleDuration time.Duration
+	// IdleQueues are the queue counts the idle scenario also measures a
+	// notify worker at, with a safety poll of IdleQueuesSafetyPoll so the
+	// window holds several. Defaults to IdleQueuesDefault; empty to skip.
+	IdleQueues []int
 	// ProducerCounts are the numbers of concurrent producers of the producers
 	// scenario. Defaults to ProducerCountsDefault.
 	ProducerCounts []int
@@ -158,6 +178,9 @@ func (o Options) WithDefaults() Options {
 	if o.Duration == 0 {
 		o.Duration = DurationDefault
 	}
+	if o.MinSamples == 0 {
+		o.MinSamples = MinSamplesDefault
+	}
 	if o.DrainJobs == 0 {
 		o.DrainJobs = DrainJobsDefault
 	}
@@ -169,6 +192,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.IdleDuration == 0 {
 		o.IdleDuration = IdleDurationDefault
+	}
+	if o.IdleQueues == nil {
+		o.IdleQueues = IdleQueuesDefault
 	}
 	if len(o.ProducerCounts) == 0 {
 		o.ProducerCounts = ProducerCountsDefault
@@ -234,6 +260,8 @@ func (o Options) Validate() error {
 	switch {
 	case o.Duration < 100*time.Millisecond:
 		return fmt.Errorf("duration %s too short: at least 100ms", o.Duration)
+	case o.MinSamples > 1000000:
+		return fmt.Errorf("min samples %d out of range: at most 1000000", o.MinSamples)
 	case o.DrainJobs < 1:
 		return fmt.Errorf("drain jobs %d: at least 1", o.DrainJobs)
 	case o.Workers < 1 || o.Workers > 10000:
@@ -276,6 +304,8 @@ type Results struct {
 	BigTable   *bench.BigTableResult    `json:"bigtable,omitempty"`
 	Bulk       *bench.BulkResult        `json:"bulk,omitempty"`
 	Soak       *bench.SoakResult        `json:"soak,omitempty"`
+	// Breakdown is where one pickup's time goes, for Fila and the floor.
+	Breakdown []bench.BreakdownResult `json:"breakdown,omitempty"`
 	// Peers says which peers ran in this run, or why none did.
 	Peers string `json:"peers"`
 	// Goals are judged on this run's rows alone (see report.Goals); WriteJSON
@@ -342,6 +372,8 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{ScenarioProducers, s.producers},
 		{ScenarioBigTable, s.bigTable},
 		{ScenarioBulk, s.bulk},
+		{ScenarioBreakdown, s.breakdown},
+		{ScenarioFlows, s.flows},
 		{ScenarioSoak, s.soak},
 	}
 	for _, st := range steps {

@@ -45,10 +45,12 @@ func tinyWith(t *testing.T, edit func(*suite.Options), scenarios ...string) *sui
 		Rates:            []int{50},
 		Modes:            []string{suite.ModeNotify, suite.ModePoll50},
 		Duration:         300 * time.Millisecond,
+		MinSamples:       -1, // Duration alone: 15 jobs per run
 		DrainJobs:        500,
 		Workers:          20,
 		ClaimBatch:       100,
 		IdleDuration:     time.Second,
+		IdleQueues:       []int{},
 		ProducerCounts:   []int{1, 3},
 		ProducerDuration: 200 * time.Millisecond,
 		Logger:           zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
@@ -114,7 +116,7 @@ func TestThroughput(t *testing.T) {
 	// a busy machine.
 	res := tinyWith(t, func(o *suite.Options) { o.Duration = time.Second },
 		suite.ScenarioDrain, suite.ScenarioSteady, suite.ScenarioSQLFloor)
-	require.Len(t, res.Throughput, 3)
+	require.Len(t, res.Throughput, 4)
 	modes := map[string]bench.ThroughputResult{}
 	for _, r := range res.Throughput {
 		require.Positive(t, r.Jobs, r.Mode)
@@ -123,6 +125,7 @@ func TestThroughput(t *testing.T) {
 		modes[r.Mode] = r
 	}
 	require.Equal(t, 500, modes[suite.ThroughputDrain].Jobs)
+	require.Equal(t, 500, modes[suite.ThroughputDrainTyped].Jobs, "the drain with a typed handler ran too")
 	require.Equal(t, 500, modes[suite.ThroughputSQLFloor].Jobs)
 	require.Contains(t, modes[suite.ThroughputSteady].Config, "producers")
 }
@@ -131,8 +134,10 @@ func TestIdle(t *testing.T) {
 	t.Parallel()
 	// The window follows the workers' start-up, which a loaded machine can
 	// stretch into it (a wake source that turns healthy late polls fast
-	// meanwhile): a second measurement is taken before failing. A claim
-	// loop, or a poll at ten times its interval, exceeds the bound in both.
+	// meanwhile; a worker and its baseline whose start-ups differ by tens
+	// of transactions were seen beside other packages' tests): each row
+	// must be within its bound in one of three measurements. A claim loop,
+	// or a poll at ten times its interval, exceeds the bound in all.
 	//
 	// Other databases' NOTIFY traffic runs throughout, as other tests'
 	// does on a shared server: the notify worker's listener reads past it
@@ -140,15 +145,19 @@ func TestIdle(t *testing.T) {
 	// tell from the worker's own.
 	notifyTraffic(t)
 	var res *suite.Results
+	within := map[string]bool{} // rows seen within their bound
 	for attempt := 1; ; attempt++ {
-		res = tiny(t, suite.ScenarioIdle)
-		require.Len(t, res.Idle, 2)
+		// Also a notify worker of 300 queues, polling every 2 s: one poll
+		// per queue would run about 150 claims in the window, where one
+		// statement polls them all.
+		res = tinyWith(t, func(o *suite.Options) { o.IdleQueues = []int{300} }, suite.ScenarioIdle)
+		require.Len(t, res.Idle, 3)
 		over := ""
 		for _, x := range res.Idle {
 			require.Greater(t, x.Seconds, 0.5, "the measured window is about the 1 s asked for")
 			require.Positive(t, x.Backends, x.Mode)
-			t.Logf("attempt %d: %s: %d transactions in %.2f s (and %d reads of the notification queue), bound %d",
-				attempt, x.Mode, x.Transactions, x.Seconds, x.QueueReads, report.IdleBound(x))
+			t.Logf("attempt %d: %s (%d queues): %d transactions in %.2f s (and %d reads of the notification queue), bound %d",
+				attempt, x.Mode, max(x.Queues, 1), x.Transactions, x.Seconds, x.QueueReads, report.IdleBound(x))
 			// The README's claim: an idle worker costs a query per poll
 			// interval and one per listener keep-alive. The slack is the
 			// start-up noise the baseline worker does not cancel exactly (a
@@ -158,23 +167,28 @@ func TestIdle(t *testing.T) {
 			// traffic count different reads (notify rows of 4 to 13 over
 			// 12 to 22 reads while another package's tests ran; 0 to 3 on
 			// a quiet machine).
-			if x.Transactions > int64(report.IdleBound(x)+idleSlack)+x.QueueReads/2 {
+			row := fmt.Sprintf("%s/%d", x.Mode, x.Queues)
+			if x.Transactions <= int64(report.IdleBound(x)+idleSlack)+x.QueueReads/2 {
+				within[row] = true
+			} else if !within[row] {
 				over += fmt.Sprintf("%s: %d transactions in %.1f s, bound %d; ", x.Mode, x.Transactions, x.Seconds, report.IdleBound(x))
 			}
 		}
 		if over == "" {
 			break
 		}
-		require.Less(t, attempt, 2, "over the bound in two measurements: %s", over)
+		require.Less(t, attempt, 3, "over the bound in three measurements: %s", over)
 	}
+	require.Equal(t, suite.ModeNotify, res.Idle[1].Mode)
+	require.Equal(t, 300, res.Idle[1].Queues)
 	// A 50 ms poll claims about 20 times a second; in a second it can
 	// hardly claim fewer than a few times.
-	require.Equal(t, suite.ModePoll50, res.Idle[1].Mode)
-	require.Greater(t, res.Idle[1].Transactions, int64(3))
+	require.Equal(t, suite.ModePoll50, res.Idle[2].Mode)
+	require.Greater(t, res.Idle[2].Transactions, int64(3))
 	// The traffic signals every listener about twenty times a second.
 	require.Equal(t, suite.ModeNotify, res.Idle[0].Mode)
 	require.Positive(t, res.Idle[0].QueueReads, "the notify worker's listener read other databases' notifications")
-	require.Zero(t, res.Idle[1].QueueReads, "a polling worker listens to nothing")
+	require.Zero(t, res.Idle[2].QueueReads, "a polling worker listens to nothing")
 }
 
 // notifyTraffic sends NOTIFYs in a database of its own until the test
@@ -276,7 +290,7 @@ func TestThrowawayCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "throwaway cluster", res.Server)
 	require.Equal(t, "logical", res.Machine.WALLevel)
-	require.Len(t, res.Throughput, 1)
+	require.Len(t, res.Throughput, 2, "the drain, untyped and typed")
 	require.Equal(t, 200, res.Throughput[0].Jobs)
 }
 
@@ -296,9 +310,9 @@ func TestGoalsWithoutAndWithPeers(t *testing.T) {
 	res := &suite.Results{
 		Peers: "not measured: run with --peers",
 		Latency: []bench.LatencyResult{
-			{System: "floor", Mode: suite.FloorListenClaim, RatePerSec: 100, Count: 10, P50Ms: 2, P99Ms: 5},
-			{System: "fila", Mode: suite.ModeNotify, RatePerSec: 100, Count: 10, P50Ms: 2.4, P99Ms: 9},
-			{System: "fila", Mode: suite.ModeWAL, RatePerSec: 1000, Count: 10, AchievedPerSec: 930, P50Ms: 4, P99Ms: 9},
+			{System: "floor", Mode: suite.FloorListenClaim, RatePerSec: 100, Count: 400, P50Ms: 2, P99Ms: 5},
+			{System: "fila", Mode: suite.ModeNotify, RatePerSec: 100, Count: 400, P50Ms: 2.1, P99Ms: 9},
+			{System: "fila", Mode: suite.ModeWAL, RatePerSec: 1000, Count: 4000, AchievedPerSec: 930, P50Ms: 4, P99Ms: 9},
 		},
 		Throughput: []bench.ThroughputResult{
 			{System: "fila", Mode: suite.ThroughputDrain, JobsPerSec: 12000},
@@ -309,34 +323,38 @@ func TestGoalsWithoutAndWithPeers(t *testing.T) {
 	require.NoError(t, suite.WriteText(&text, res))
 	out := text.String()
 	require.NotContains(t, out, "6.8", "no figure from another run")
-	require.Contains(t, out, "notify p50 at 100/s ≤ River tuned's: not measured")
-	require.Contains(t, out, "notify p99 at 100/s ≤ River tuned's: not measured")
-	require.Contains(t, out, "drain ≥ 1.5× River's best tuned drain: not measured")
-	require.Contains(t, out, "notify p50 at 10/s ≤ 1.3× the listen+claim floor's: not measured")
-	// Against the floor and the SQL floor, always computable.
-	require.Contains(t, out, "notify p50 at 100/s ≤ 1.3× the listen+claim floor's: met (2.40 ms vs floor 2.00 ms, 1.20×)")
-	require.Contains(t, out, "drain ≥ 50% of the raw SQL floor: MISSED (12000/s vs 30000/s, 0.40×)")
-	require.Contains(t, out, "producers at 1000 single-job commits/s reach ≥ 95% of it (fila wal): MISSED (930/s, 93.0%)")
+	require.Contains(t, out, "notify p50 at 100/s ≤ the best peer's: not measured")
+	require.Contains(t, out, "notify p99 at 100/s ≤ the best peer's: not measured")
+	require.Contains(t, out, "drain ≥ 2.0× the best peer's best tuned drain: not measured")
+	require.Contains(t, out, "notify p50 at 10/s ≤ 1.1× the listen+claim floor's: not measured")
+	// Against the floor and the SQL floor, always computable, with margins.
+	require.Contains(t, out, "notify p50 at 100/s ≤ 1.1× the listen+claim floor's: met (2.10 ms vs floor 2.00 ms, 1.05×; margin +4.5%)")
+	require.Contains(t, out, "drain ≥ 70% of the raw SQL floor: MISSED (12000/s vs 30000/s, 0.40×; margin -43%)")
+	require.Contains(t, out, "producers at 1000 single-job commits/s reach ≥ 95% of it (fila wal): MISSED (930/s, 93.0%; margin -2.1%)")
 
-	// The same run with River measured in it: the comparisons are made.
-	res.Peers = "river, run by bench/peers after Fila's scenarios"
+	// The same run with the peers measured in it: each goal compares with
+	// the best of them.
+	res.Peers = "river, graphile-worker, pg-boss, run by bench/peers after Fila's scenarios"
 	res.Latency = append(res.Latency,
-		bench.LatencyResult{System: "river", Mode: "default", RatePerSec: 100, Count: 10, P50Ms: 50, P99Ms: 100},
-		bench.LatencyResult{System: "river", Mode: "tuned-10ms", RatePerSec: 100, Count: 10, P50Ms: 4.8, P99Ms: 7.2},
-		bench.LatencyResult{System: "river", Mode: "tuned-10ms", RatePerSec: 1000, Count: 10, P50Ms: 5, P99Ms: 20})
+		bench.LatencyResult{System: "river", Mode: "default", RatePerSec: 100, Count: 400, P50Ms: 50, P99Ms: 100},
+		bench.LatencyResult{System: "river", Mode: "tuned-10ms", RatePerSec: 100, Count: 400, P50Ms: 4.8, P99Ms: 7.2},
+		bench.LatencyResult{System: "graphile-worker", Mode: "tuned-24c-lq500", RatePerSec: 100, Count: 400, P50Ms: 1.9, P99Ms: 8},
+		bench.LatencyResult{System: "pg-boss", Mode: "tuned-10w-b100-500ms", RatePerSec: 1000, Count: 4000, P50Ms: 260, P99Ms: 500},
+		bench.LatencyResult{System: "river", Mode: "tuned-10ms", RatePerSec: 1000, Count: 4000, P50Ms: 5, P99Ms: 20})
 	res.Throughput = append(res.Throughput,
 		bench.ThroughputResult{System: "river", Mode: "tuned-500w-1ms", JobsPerSec: 7000},
+		bench.ThroughputResult{System: "pg-boss", Mode: "tuned-10w-b1000-500ms", JobsPerSec: 5000},
 		bench.ThroughputResult{System: "river", Mode: "tuned-1000w-1ms", JobsPerSec: 9000})
 	text.Reset()
 	require.NoError(t, suite.WriteText(&text, res))
 	out = text.String()
-	require.Contains(t, out, "notify p50 at 100/s ≤ River tuned's: met (2.40 ms vs river tuned-10ms 4.80 ms, 0.50×)")
-	require.Contains(t, out, "notify p99 at 100/s ≤ River tuned's: MISSED (9.00 ms vs river tuned-10ms 7.20 ms, 1.25×)")
-	require.Contains(t, out, "wal p50 at 1000/s ≤ River tuned's: met (4.00 ms vs river tuned-10ms 5.00 ms, 0.80×)")
-	// The best of River's tuned drains, not its default or the first found.
-	require.Contains(t, out, "drain ≥ 1.5× River's best tuned drain: MISSED (12000/s vs river tuned-1000w-1ms 9000/s, 1.33×)")
-	// No River row at 10/s: that goal stays unmeasured rather than borrowed.
-	require.Contains(t, out, "notify p50 at 10/s ≤ River tuned's: not measured")
+	require.Contains(t, out, "notify p50 at 100/s ≤ the best peer's: MISSED (2.10 ms vs graphile-worker tuned-24c-lq500 1.90 ms, 1.11×")
+	require.Contains(t, out, "notify p99 at 100/s ≤ the best peer's: MISSED (9.00 ms vs river tuned-10ms 7.20 ms, 1.25×")
+	require.Contains(t, out, "wal p50 at 1000/s ≤ the best peer's: met (4.00 ms vs river tuned-10ms 5.00 ms, 0.80×; margin +20%)")
+	// The best of every peer's tuned drains, not a default or the first found.
+	require.Contains(t, out, "drain ≥ 2.0× the best peer's best tuned drain: MISSED (12000/s vs river tuned-1000w-1ms 9000/s, 1.33×")
+	// No peer row at 10/s: that goal stays unmeasured rather than borrowed.
+	require.Contains(t, out, "notify p50 at 10/s ≤ the best peer's: not measured")
 
 	path := filepath.Join(t.TempDir(), "bench.json")
 	require.NoError(t, suite.WriteJSON(path, res))
@@ -345,7 +363,8 @@ func TestGoalsWithoutAndWithPeers(t *testing.T) {
 	var back suite.Results
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.NotEmpty(t, back.Goals)
-	require.Equal(t, report.GoalMet, back.Goals[1].Status, back.Goals[1].Target)
+	require.Equal(t, report.GoalMissed, back.Goals[1].Status, back.Goals[1].Target)
+	require.NotNil(t, back.Goals[1].Margin)
 }
 
 func TestPeersMissing(t *testing.T) {
@@ -353,7 +372,7 @@ func TestPeersMissing(t *testing.T) {
 	res := tinyWith(t, func(o *suite.Options) { o.PeersDir = filepath.Join(t.TempDir(), "nowhere") }, suite.ScenarioDrain)
 	require.Contains(t, res.Peers, "not measured: no bench/peers module at")
 	for _, g := range res.Goals {
-		if strings.Contains(g.Target, "River") {
+		if strings.Contains(g.Target, "peer") {
 			require.Equal(t, report.GoalNotMeasured, g.Status, g.Target)
 		}
 	}
@@ -432,4 +451,44 @@ func TestBulk(t *testing.T) {
 	require.NoError(t, suite.WriteText(&text, res))
 	require.Contains(t, text.String(), "runtime.InsertMany, one call")
 	require.Contains(t, text.String(), "COPY (pgx CopyFrom), the floor")
+}
+
+// TestLatencyMinSamples: a run at a rate too low for Duration to give
+// MinSamples pickups inserts MinSamples jobs all the same.
+func TestLatencyMinSamples(t *testing.T) {
+	t.Parallel()
+	res := tinyWith(t, func(o *suite.Options) {
+		o.Modes, o.Rates, o.MinSamples = []string{suite.ModeNotify}, []int{100}, 60
+	}, suite.ScenarioLatency)
+	require.Len(t, res.Latency, 1)
+	require.Equal(t, 60, res.Latency[0].Count, "300 ms at 100/s is 30 jobs; MinSamples asks for 60")
+}
+
+func TestBreakdown(t *testing.T) {
+	t.Parallel()
+	res := tinyWith(t, func(o *suite.Options) { o.Duration = time.Second }, suite.ScenarioBreakdown)
+	require.Len(t, res.Breakdown, 2)
+	fila, floor := res.Breakdown[0], res.Breakdown[1]
+	require.Equal(t, "fila", fila.System)
+	require.Equal(t, "floor", floor.System)
+	require.Len(t, fila.Steps, 5)
+	require.Len(t, floor.Steps, 3)
+	for _, x := range res.Breakdown {
+		require.Equal(t, 10, x.Jobs, x.System)
+		// At 10/s each job is alone: nearly every one is traced.
+		require.GreaterOrEqual(t, x.Traced, 5, x.System)
+		// The steps are consecutive intervals of one clock: their means add
+		// up to the whole pickup's.
+		sum := 0.0
+		for _, st := range x.Steps {
+			sum += st.MeanMs
+		}
+		require.InDelta(t, x.TracedMeanMs, sum, 1e-6, x.System)
+		require.Positive(t, x.TracedP50Ms, x.System)
+	}
+	require.Positive(t, fila.BareRoundTripMs)
+	var text bytes.Buffer
+	require.NoError(t, suite.WriteText(&text, res))
+	require.Contains(t, text.String(), "Where a pickup's time goes: fila notify at 10/s")
+	require.Contains(t, text.String(), "claim reply → handler's first line")
 }

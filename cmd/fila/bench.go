@@ -23,6 +23,7 @@ type benchFlags struct {
 	scenarios, rates, modes, producers   string
 	duration, idleDuration, prodDuration time.Duration
 	drainJobs, workers, claimBatch       int
+	minSamples                           int
 	jsonPath, chartPath                  string
 	chartRate                            int
 	cpuProfile                           string
@@ -38,28 +39,29 @@ type benchFlags struct {
 
 func (f *benchFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.scenarios, "scenarios", strings.Join(suite.DefaultScenarios, ","),
-		"scenarios to run, comma-separated, of: "+strings.Join(suite.Scenarios, ", ")+" (soak is not run by default)")
+		"scenarios to run, comma-separated, of: "+strings.Join(suite.Scenarios, ", ")+" (soak and flows are not run by default)")
 	fs.StringVar(&f.rates, "rates", joinInts(suite.RatesDefault), "steady insert rates of the latency scenario, jobs/s, comma-separated")
 	fs.StringVar(&f.modes, "modes", strings.Join(suite.Modes, ","), "runtime modes to compare, comma-separated (wal is skipped where this build lacks it)")
-	fs.DurationVar(&f.duration, "duration", suite.DurationDefault, "producer run per rate and mode, and the steady-state run")
+	durationVar(fs, &f.duration, "duration", suite.DurationDefault, "producer run per rate and mode, and the steady-state run")
+	fs.IntVar(&f.minSamples, "min-samples", suite.MinSamplesDefault, "jobs per latency run at least, whatever --duration gives at its rate (longer runs at low rates), so a p50 can decide a goal")
 	fs.IntVar(&f.drainJobs, "drain-jobs", suite.DrainJobsDefault, "jobs inserted before the drain (and the SQL floor)")
 	fs.IntVar(&f.workers, "workers", suite.WorkersDefault, "runtime Concurrency of the drain and steady scenarios")
 	fs.IntVar(&f.claimBatch, "claim-batch", suite.ClaimBatchDefault, "runtime ClaimBatch of the drain and steady scenarios, and the SQL floor's batch")
-	fs.DurationVar(&f.idleDuration, "idle-duration", suite.IdleDurationDefault, "measured window of the idle scenario")
+	durationVar(fs, &f.idleDuration, "idle-duration", suite.IdleDurationDefault, "measured window of the idle scenario")
 	fs.StringVar(&f.producers, "producers", joinInts(suite.ProducerCountsDefault), "concurrent producer counts of the producers scenario, comma-separated")
-	fs.DurationVar(&f.prodDuration, "producer-duration", suite.ProducerDurationDefault, "run per producer count and variant")
+	durationVar(fs, &f.prodDuration, "producer-duration", suite.ProducerDurationDefault, "run per producer count and variant")
 	fs.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&f.chartPath, "chart", "bench-latency.svg", "write the latency CDF chart (SVG) to this file; empty for none")
 	fs.IntVar(&f.chartRate, "chart-rate", suite.ChartRateDefault, "the rate whose latencies the chart shows")
-	fs.DurationVar(&f.soakDuration, "soak-duration", suite.SoakDurationDefault, "how long the soak scenario's producers run")
+	durationVar(fs, &f.soakDuration, "soak-duration", suite.SoakDurationDefault, "how long the soak scenario's producers run")
 	fs.IntVar(&f.soakRate, "soak-rate", suite.SoakRateDefault, "the soak scenario's insert rate, jobs/s")
-	fs.DurationVar(&f.soakWindow, "soak-window", suite.SoakWindowDefault, "the soak scenario's report: one row per window")
-	fs.DurationVar(&f.soakRetention, "soak-retention", suite.SoakRetentionDefault, "the soak runtime's Retention of completed jobs")
+	durationVar(fs, &f.soakWindow, "soak-window", suite.SoakWindowDefault, "the soak scenario's report: one row per window")
+	durationVar(fs, &f.soakRetention, "soak-retention", suite.SoakRetentionDefault, "the soak runtime's Retention of completed jobs")
 	fs.IntVar(&f.bigCompleted, "bigtable-completed", suite.BigTableCompletedDefault, "completed jobs the bigtable scenario seeds")
 	fs.IntVar(&f.bigScheduled, "bigtable-scheduled", suite.BigTableScheduledDefault, "pending jobs scheduled a day ahead the bigtable scenario seeds")
 	fs.IntVar(&f.bigRate, "bigtable-rate", suite.BigTableRateDefault, "insert rate of the bigtable scenario's pickup runs, jobs/s")
 	fs.IntVar(&f.bulkJobs, "bulk-jobs", suite.BulkJobsDefault, "jobs of the bulk scenario's InsertMany and COPY")
-	fs.BoolVar(&f.peers, "peers", false, "after Fila's scenarios, run River from the bench/peers module (go run) in this run, so the goals compare with it")
+	fs.BoolVar(&f.peers, "peers", false, "after Fila's scenarios, run River, graphile-worker and pg-boss from the bench/peers module (go run; Node.js 20+ for the latter two) in this run, so the goals compare with the best of them")
 	fs.StringVar(&f.peersDir, "peers-dir", suite.PeersDirDefault, "the bench/peers module's directory, for --peers")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (workers and producers) to this file, for go tool pprof")
 }
@@ -127,7 +129,7 @@ func runBench(ctx context.Context, g *globals, args []string) error {
 
 func (f *benchFlags) options() (suite.Options, error) {
 	o := suite.Options{
-		Scenarios: split(f.scenarios), Modes: split(f.modes), Duration: f.duration, DrainJobs: f.drainJobs,
+		Scenarios: split(f.scenarios), Modes: split(f.modes), Duration: f.duration, MinSamples: f.minSamples, DrainJobs: f.drainJobs,
 		Workers: f.workers, ClaimBatch: f.claimBatch, IdleDuration: f.idleDuration, ProducerDuration: f.prodDuration,
 		SoakDuration: f.soakDuration, SoakRate: f.soakRate, SoakWindow: f.soakWindow, SoakRetention: f.soakRetention,
 		BigTableCompleted: f.bigCompleted, BigTableScheduled: f.bigScheduled, BigTableRate: f.bigRate, BulkJobs: f.bulkJobs,

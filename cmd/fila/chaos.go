@@ -15,12 +15,14 @@ import (
 
 	"github.com/fila-run/fila/bench/report"
 	"github.com/fila-run/fila/internal/chaos"
+	"github.com/fila-run/fila/internal/duration"
+	"github.com/fila-run/fila/internal/patroni"
 	"github.com/fila-run/fila/internal/pgbouncer"
 	"github.com/fila-run/fila/internal/pgcluster"
 )
 
 func init() {
-	register("chaos", "inject real faults (kill -9, SIGSTOP, restarts, half-open listener, …) into workers on a throwaway PostgreSQL and check nothing is lost", runChaos)
+	register("chaos", "inject real faults (kill -9, SIGSTOP, restarts, half-open listener, Patroni switchover and failover, …) into workers on a throwaway PostgreSQL and check nothing is lost", runChaos)
 }
 
 func runChaos(ctx context.Context, g *globals, args []string) error {
@@ -67,7 +69,7 @@ func runChaos(ctx context.Context, g *globals, args []string) error {
 			return fmt.Errorf("--log: %w", err)
 		}
 		defer f.Close()
-		logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(f), zapcore.WarnLevel))
+		logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(logEncoderConfig()), zapcore.AddSync(f), zapcore.WarnLevel))
 		defer func() { _ = logger.Sync() }()
 	}
 	progress := func(format string, args ...any) { fmt.Fprintf(g.stderr, "fila chaos: "+format+"\n", args...) }
@@ -90,6 +92,22 @@ func runChaos(ctx context.Context, g *globals, args []string) error {
 	}
 	defer bouncer.Close()
 	env := &chaos.Env{AdminDSN: cluster.DSN("postgres"), Cluster: cluster, Bouncer: bouncer, FilaBin: bin, Logger: logger}
+	if needsPatroni(selected) {
+		// The high-availability scenarios run on a replicated cluster of
+		// their own; without Patroni installed they report that they could
+		// not run, and the others run as usual.
+		progress("starting a throwaway Patroni cluster (etcd, a primary and its synchronous standby)")
+		ha, err := patroni.Start(sctx, patroni.Options{Logger: logger})
+		switch {
+		case errors.Is(err, patroni.ErrNotInstalled):
+			progress("no Patroni cluster: %v (run scripts/setup.sh)", err)
+		case err != nil:
+			return fmt.Errorf("start a throwaway Patroni cluster: %w", err)
+		default:
+			defer ha.Close()
+			env.Patroni = ha
+		}
+	}
 	if *pooled {
 		env.PoolerDSN = bouncer.DSN("postgres")
 	}
@@ -114,7 +132,7 @@ func runChaos(ctx context.Context, g *globals, args []string) error {
 				Failures: []string{"could not run: " + oneLineError(err)}}
 		}
 		if res.OK() {
-			env.Progress(fmt.Sprintf("ok (%s)", res.Took.Round(time.Second)))
+			env.Progress(fmt.Sprintf("ok (%s)", duration.Format(res.Took)))
 		} else {
 			failed++
 			env.Progress(fmt.Sprintf("FAILED: %s", strings.Join(res.Failures, "; ")))
@@ -134,6 +152,16 @@ func runChaos(ctx context.Context, g *globals, args []string) error {
 		return fmt.Errorf("%d of %d scenarios failed", failed, len(results))
 	}
 	return nil
+}
+
+// needsPatroni reports whether any of scenarios runs on a Patroni cluster.
+func needsPatroni(scenarios []chaos.Scenario) bool {
+	for _, sc := range scenarios {
+		if chaos.NeedsPatroni(sc.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // describeChaosMachine names the host and the throwaway server's settings.

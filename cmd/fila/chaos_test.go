@@ -41,7 +41,7 @@ func TestChaosRunsScenarios(t *testing.T) {
 	err := cmd.Run()
 	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	table := out.String()
-	require.Contains(t, table, "| fault | load | lost | duplicated | overlapping | recovery | result |")
+	require.Contains(t, table, "| fault | load | lost | duplicated | overlapping | worst overlap | margin | recovery | result |")
 	require.Contains(t, table, "| poison input |")
 	require.Contains(t, table, "| listener backend terminated |")
 	require.Equal(t, 2, strings.Count(table, " | ok |"), table)

@@ -6,8 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,10 +61,71 @@ func TestHelpAndVersion(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, `unknown command "frobnicate"`)
 
-	out, errOut, code = fila(t, db, "version")
+	// Without a DSN, version reads no database.
+	cmd := exec.Command(filaBin, "version")
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains([]string{"FILA_DSN", "DATABASE_URL", "PGHOST", "PGDATABASE"}, name) {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	b, err := cmd.Output()
+	require.NoError(t, err)
+	schema := fmt.Sprintf("schema version %d: the migrations this fila applies and needs\n", migrations.Latest())
+	require.Regexp(t, `^fila (\(devel\)|v\d+\.\d+\.\d+\S*)\ncommit \S+.*\nbuilt with go\S+\n`+regexp.QuoteMeta(schema)+
+		`database: not checked \(give --dsn or set FILA_DSN to compare its schema\)\n$`, string(b))
+}
+
+// fila version and fila --version name the binary's schema version and,
+// given a DSN, the database's.
+func TestVersionComparesTheDatabase(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out, errOut, code := fila(t, db, args...)
+		require.Zero(t, code, errOut)
+		require.Contains(t, out, fmt.Sprintf("schema version %d: ", migrations.Latest()))
+		require.Regexp(t, `(?m)^database schema version 0 at \S+: no Fila tables: run `+"`fila migrate`"+`$`, out, "%v", args)
+	}
+	_, errOut, code := fila(t, db, "migrate")
 	require.Zero(t, code, errOut)
-	require.Regexp(t, `^fila (\(devel\)|v\d+\.\d+\.\d+\S*)`, out)
-	require.Equal(t, 1, strings.Count(out, "\n"))
+	out, errOut, code := fila(t, db, "--version")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, fmt.Sprintf("database schema version %d at ", migrations.Latest()))
+	require.True(t, strings.HasSuffix(out, ": up to date\n"), out)
+	_, err := db.Pool.Exec(context.Background(), "DELETE FROM fila_migrations WHERE version = $1::int", migrations.Latest())
+	require.NoError(t, err)
+	out, _, _ = fila(t, db, "version")
+	require.Contains(t, out, fmt.Sprintf("database schema version %d at ", migrations.Latest()-1))
+	require.True(t, strings.HasSuffix(out, ": older than this fila's: run `fila migrate`\n"), out)
+
+	_, errOut, code = fila(t, db, "--dsn", "postgres://postgres@127.0.0.1:1/nowhere", "version")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "fila version: cannot reach the database at postgres@127.0.0.1:1/nowhere")
+}
+
+func TestVersionLines(t *testing.T) {
+	t.Parallel()
+	bi := func(v string, settings ...string) *debug.BuildInfo {
+		b := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/fila-run/fila", Version: v}}
+		for i := 0; i+1 < len(settings); i += 2 {
+			b.Settings = append(b.Settings, debug.BuildSetting{Key: settings[i], Value: settings[i+1]})
+		}
+		return b
+	}
+	for _, c := range []struct {
+		bi   *debug.BuildInfo
+		want []string
+	}{
+		{bi("v1.2.3"), []string{"fila v1.2.3", "commit unknown: built without version control information", "built with go1.26.8"}},
+		{bi("v0.0.0-20261204103000-52f408d1a2b3"), []string{"fila v0.0.0-20261204103000-52f408d1a2b3", "commit 52f408d1a2b3", "built with go1.26.8"}},
+		{bi("v1.2.4-0.20261204103000-52f408d1a2b3+dirty"), []string{"fila v1.2.4-0.20261204103000-52f408d1a2b3+dirty", "commit 52f408d1a2b3", "built with go1.26.8"}},
+		{bi("(devel)", "vcs.revision", "52f408d1a2b3c4d5e6f7", "vcs.modified", "true"),
+			[]string{"fila (devel)", "commit 52f408d1a2b3, with changes not committed", "built with go1.26.8"}},
+		{bi(""), []string{"fila (devel)", "commit unknown: built without version control information", "built with go1.26.8"}},
+		{nil, []string{"fila (devel)", "commit unknown: the binary carries no build information"}},
+	} {
+		require.Equal(t, c.want, versionLines(c.bi))
+	}
 }
 
 // TestPayloadFromStdinAndFile enqueues a payload longer than the kernel
@@ -108,6 +172,14 @@ func TestPayloadFromStdinAndFile(t *testing.T) {
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs").Scan(&n))
 	require.Equal(t, 2, n)
+
+	// JSON null is a payload like any other (runtime.Job.Decode's comment
+	// says so, and what a handler decoding it into a struct gets).
+	out, errOut, code = fila(t, db, "enqueue", "--kind", "noop", "--payload", "null")
+	require.Zero(t, code, errOut)
+	var payload string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT payload::text FROM fila_jobs WHERE id = $1::bigint", strings.TrimSpace(out)).Scan(&payload))
+	require.Equal(t, "null", payload)
 }
 
 func TestCommandsOnAnUnmigratedDatabaseSayToMigrate(t *testing.T) {
@@ -164,12 +236,16 @@ func TestMigrateToAVersion(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `INSERT INTO fila_jobs (kind) VALUES ('kept') RETURNING id`).Scan(&id))
 	// A worker that runs would lose the functions it calls: refused
 	// unless confirmed.
+	// One that missed three refreshes of its row is gone, and does not
+	// count.
 	_, err := db.Pool.Exec(context.Background(), `INSERT INTO fila_workers (id, host, pid, queues, kinds, mode, wake_source)
-		VALUES ('host/1/w', 'host', 1, '{default}', '{kept}', 'notify', 'up')`)
+		VALUES ('host/1/w', 'host', 1, '{default}', '{kept}', 'notify', 'up');
+		INSERT INTO fila_workers (id, host, pid, queues, kinds, mode, wake_source, liveness_interval, last_seen_at)
+		VALUES ('host/2/gone', 'host', 2, '{default}', '{kept}', 'notify', 'up', interval '1 second', now() - interval '4 seconds')`)
 	require.NoError(t, err)
 	_, errOut, code = fila(t, db, "migrate", "--to", strconv.Itoa(latest-2))
 	require.Equal(t, 1, code, errOut)
-	require.Contains(t, errOut, "worker host/1/w was seen in the last 10 minutes: stop it before rolling back, or add --yes if it is gone")
+	require.Regexp(t, `worker host/1/w is live \(its row was refreshed [\d.]+m?s ago\): stop it before rolling back, or add --yes if it is gone`, errOut)
 	v, err := migrations.Version(context.Background(), db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, latest, v, "a refused rollback changes nothing")
@@ -215,20 +291,24 @@ func TestFlagValuesMeanWhatTheySay(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"work", "--concurrency", "0"}, "--concurrency 0 out of range: allowed 1 to 10000"},
-		{[]string{"work", "--concurrency", "-1"}, "--concurrency -1 out of range"},
-		{[]string{"work", "--lease", "0"}, "--lease 0s out of range"},
-		{[]string{"work", "--safety-poll", "0"}, "--safety-poll 0s out of range"},
-		{[]string{"work", "--poll-min", "0"}, "--poll-min 0s: must be above 0"},
-		{[]string{"work", "--poll-min", "5s", "--poll-max", "1s"}, "--poll-max 1s is below --poll-min 5s"},
-		{[]string{"work", "--shutdown-timeout", "-1s"}, "--shutdown-timeout -1s is negative"},
-		{[]string{"work", "--retention", "0"}, "--retention 0"},
-		{[]string{"work", "--queue", ""}, "--queue: queue name is empty"},
-		{[]string{"work", "--queue", "a", "--queue", "a"}, "--queue a is given twice"},
+		{[]string{"work", "--concurrency", "0"}, "--concurrency: 0 is out of range: allowed 1 to 10000"},
+		{[]string{"work", "--concurrency", "-1"}, "--concurrency: -1 is negative: allowed 1 to 10000"},
+		{[]string{"work", "--lease", "0"}, "--lease: 0 is out of range: allowed 500ms to 1h"},
+		{[]string{"work", "--safety-poll", "0"}, "--safety-poll: 0 is out of range: allowed 1s to 10m"},
+		{[]string{"work", "--poll-min", "0"}, "--poll-min: 0 is out of range: allowed 1ms to 1m"},
+		{[]string{"work", "--poll-min", "5s", "--poll-max", "1s"}, "--poll-max: 1s is out of range: allowed 5s to 10m (from --poll-min)"},
+		{[]string{"work", "--shutdown-timeout", "-1s"}, "--shutdown-timeout: -1s is negative"},
+		{[]string{"work", "--retention", "0"}, "--retention: want a duration above 0 such as 72h, or keep"},
+		{[]string{"work", "--queue", ""}, `--queue "": queue name is empty`},
+		{[]string{"work", "--queue", "a", "--queue", "a"}, "--queue a: queue a is listed twice"},
 		{[]string{"enqueue", "--kind", "noop", "--queue", ""}, "--queue: queue name is empty"},
 		{[]string{"enqueue", "--kind", "noop", "--max-attempts", "0"}, "--max-attempts 0 out of range: allowed 1 to 1000"},
 		{[]string{"enqueue", "--kind", "noop", "--priority", "40000"}, "--priority 40000 out of range"},
 		{[]string{"jobs", "list", "--limit", "0"}, "--limit 0 out of range"},
+		{[]string{"work", "--lease", "5"}, `--lease: "5" is not a duration: write a number and its unit, such as 500ms, 30s or 2m`},
+		{[]string{"stats", "--check", "--max-oldest", "5"}, `"5" is not a duration: write a number and its unit`},
+		{[]string{"bench", "--duration", "5"}, `"5" is not a duration: write a number and its unit`},
+		{[]string{"stats", "--check", "--max-oldest", "-5s"}, `--max-oldest -5s is negative`},
 		{[]string{"work", "--log-level", "loud"}, `--log-level "loud" is unknown`},
 		{[]string{"jobs", "list", "--log-format", "xml"}, `--log-format "xml" is unknown`},
 	}
@@ -269,9 +349,9 @@ func TestKindNamesAreChecked(t *testing.T) {
 		{[]string{"enqueue", "--kind", strings.Repeat("k", 201), "--allow-unknown-kind"}, "at most 200"},
 		{[]string{"work", "--exec", "a\tb=true"}, "holds a control character"},
 		{[]string{"work", "--exec", " =true"}, "starts or ends with a blank"},
-		{[]string{"work", "--exec", "ok=true", "--exec", "ok=false"}, "--exec: kind ok is given twice"},
+		{[]string{"work", "--exec", "ok=true", "--exec", "ok=false"}, "--exec ok=false: kind ok is given twice"},
 		{[]string{"work", "--exec", "noop=true"}, "noop is a built-in kind"},
-		{[]string{"work", "--exec", "ok=true", "--timeout", "ok=1s", "--timeout", "ok=2s"}, "--timeout: kind ok is given twice"},
+		{[]string{"work", "--exec", "ok=true", "--timeout", "ok=1s", "--timeout", "ok=2s"}, "--timeout ok=2s: kind ok is given twice"},
 	}
 	for _, c := range cases {
 		out, errOut, code := fila(t, db, c.args...)
@@ -372,3 +452,30 @@ func TestParseArgsTakesFlagsAnywhere(t *testing.T) {
 }
 
 func newTestFlagSet() *flag.FlagSet { return flag.NewFlagSet("jobs retry", flag.ContinueOnError) }
+
+// Durations in logs carry their unit, as a duration string ("30s"), in
+// JSON and on the console alike, rather than a bare number of seconds.
+func TestLogsGiveDurationsWithTheirUnit(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	w := startWorkerOutput(t, db, "--lease", "45s")
+	var started map[string]any
+	waitFor(t, 30*time.Second, "the runtime started", func() bool {
+		for _, e := range logEntries(w) {
+			if e["msg"] == "runtime started" {
+				started = e
+				return true
+			}
+		}
+		return false
+	})
+	require.Equal(t, "45s", started["lease"])
+
+	console := filaCmd(db, "work", "--log-format", "console", "--lease", "1m30s")
+	var out lockedBuffer
+	console.Stdout, console.Stderr = &out, &out
+	require.NoError(t, console.Start())
+	t.Cleanup(func() { _ = console.Process.Kill(); _ = console.Wait() })
+	waitFor(t, 30*time.Second, "the runtime started", func() bool { return strings.Contains(out.String(), "runtime started") })
+	require.Contains(t, out.String(), `"lease": "1m30s"`)
+}

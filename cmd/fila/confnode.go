@@ -5,35 +5,109 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+	"net/url"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// confError is a mistake in a configuration file: where it is (the file,
-// the line, the key) and what is wrong, on one line such as
-// "fila.yaml:12: workers[1].concurrency: 0 is out of range: allowed 1 to 10000".
+// confError is a mistake in a configuration: where it is (the file, the
+// line, the key; or the flag) and what is wrong, on one line such as
+// "fila.yaml:12: workers[1].concurrency: 0 is out of range: allowed 1 to
+// 10000", or "--concurrency: 0 is out of range: allowed 1 to 10000".
 type confError struct {
-	file string
+	file string // "" for a flag
 	line int    // 0 when the mistake is the file's as a whole
-	key  string // the path of keys to the value, "" for the whole file
+	key  string // the path of keys to the value, "" for the whole file; or the flag
 	msg  string
 }
 
 func (e *confError) Error() string {
-	where := e.file
-	if e.line > 0 {
-		where += ":" + strconv.Itoa(e.line)
+	var where []string
+	if e.file != "" {
+		where = append(where, e.file)
+		if e.line > 0 {
+			where[0] += ":" + strconv.Itoa(e.line)
+		}
 	}
 	if e.key != "" {
-		where += ": " + e.key
+		where = append(where, e.key)
 	}
-	return where + ": " + e.msg
+	return strings.Join(append(where, e.msg), ": ")
+}
+
+// origin is where a value was written: a flag and its argument, or a
+// value of the file.
+type origin struct {
+	flag string // such as --lease or --queue mail=5; "" in a file
+	node confNode
+}
+
+func (o origin) errorf(format string, args ...any) error {
+	if o.flag != "" {
+		return &confError{key: o.flag, msg: fmt.Sprintf(format, args...)}
+	}
+	return o.node.errorf(format, args...)
+}
+
+// label names where o is, as its errors do: --admin-token, or
+// fila.yaml:7: ui_admin_token.
+func (o origin) label() string { return strings.TrimSuffix(o.errorf("").Error(), ": ") }
+
+// name is how the user calls the setting of key where o was written.
+func (o origin) name(key string) string {
+	if o.flag != "" {
+		return flagName(key)
+	}
+	return key
+}
+
+// errorList is every mistake of a configuration, in the file's order;
+// fila prints each on a line of its own.
+type errorList []error
+
+func (l errorList) Error() string {
+	lines := make([]string, len(l))
+	for i, err := range l {
+		lines[i] = err.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// problems collects mistakes, to report them all at once.
+type problems struct{ errs errorList }
+
+// add records err, if any, and reports whether there was one.
+func (p *problems) add(err error) bool {
+	var list errorList
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &list):
+		p.errs = append(p.errs, list...)
+	default:
+		p.errs = append(p.errs, err)
+	}
+	return true
+}
+
+func (p *problems) err() error {
+	if len(p.errs) == 0 {
+		return nil
+	}
+	line := func(err error) int {
+		var ce *confError
+		if errors.As(err, &ce) {
+			return ce.line
+		}
+		return 0
+	}
+	sort.SliceStable(p.errs, func(i, j int) bool { return line(p.errs[i]) < line(p.errs[j]) })
+	return p.errs
 }
 
 // yamlLineError matches the errors of the YAML parser, which name a line.
@@ -50,6 +124,9 @@ func parseYAML(file string, data []byte) (confNode, error) {
 		}
 		if m := yamlLineError.FindStringSubmatch(err.Error()); m != nil {
 			line, _ := strconv.Atoi(m[1])
+			if tab := tabIndented(data); tab > 0 && (strings.Contains(m[2], "tab") || strings.Contains(m[2], "cannot start any token")) {
+				return confNode{}, &confError{file: file, line: tab, msg: "a tab indents this line: YAML indents with spaces only"}
+			}
 			return confNode{}, &confError{file: file, line: line, msg: m[2]}
 		}
 		return confNode{}, &confError{file: file, msg: strings.TrimPrefix(err.Error(), "yaml: ")}
@@ -70,6 +147,19 @@ func parseYAML(file string, data []byte) (confNode, error) {
 		return confNode{}, &confError{file: file, msg: "the file is empty"}
 	}
 	return root, nil
+}
+
+// tabIndented returns the first line (from 1) whose indentation, list
+// dashes included, holds a tab; 0 if none does. The parser names the tab
+// obscurely, and sometimes at the line before.
+func tabIndented(data []byte) int {
+	for i, line := range strings.Split(string(data), "\n") {
+		indent := line[:len(line)-len(strings.TrimLeft(line, " \t-"))]
+		if strings.Contains(indent, "\t") {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // confNode is one value of a configuration file with the path of keys that
@@ -100,8 +190,9 @@ func (v confNode) isNull() bool {
 }
 
 // what names the kind of a value, for "want X, got Y" messages.
-func (v confNode) what() string {
-	n := resolved(v.n)
+func (v confNode) what() string { return describeNode(resolved(v.n)) }
+
+func describeNode(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
@@ -213,25 +304,31 @@ type confFields struct {
 // them ("x-*"): a place for anchors that other values merge in.
 const extensionPrefix = "x-"
 
-// fields checks that v is a mapping of known keys, each given once. An
-// unknown key is refused with the closest known one, or the list of them.
+// fields checks that v is a mapping of known keys, each given once. Each
+// unknown key is an error naming the closest known one, or the list of
+// them; the known keys are returned all the same (nil if v is no mapping).
 func (v confNode) fields(known ...string) (*confFields, error) {
 	ps, err := v.pairs()
 	if err != nil {
 		return nil, err
 	}
 	f := &confFields{vals: map[string]confNode{}}
+	var unknown errorList
 	for _, p := range ps {
 		if strings.HasPrefix(p.key, extensionPrefix) && slices.Contains(known, extensionPrefix+"*") {
 			continue
 		}
-		if !slices.Contains(known, p.key) {
-			if near := closest(p.key, known); near != "" {
-				return nil, p.keyAt.errorf("unknown key; did you mean %s?", near)
-			}
-			return nil, p.keyAt.errorf("unknown key; known here: %s", strings.Join(known, ", "))
+		switch near := closest(p.key, known); {
+		case slices.Contains(known, p.key):
+			f.vals[p.key] = p.val
+		case near != "":
+			unknown = append(unknown, p.keyAt.errorf("unknown key; did you mean %s?", near))
+		default:
+			unknown = append(unknown, p.keyAt.errorf("unknown key; known here: %s", strings.Join(known, ", ")))
 		}
-		f.vals[p.key] = p.val
+	}
+	if len(unknown) > 0 {
+		return f, unknown
 	}
 	return f, nil
 }
@@ -290,96 +387,74 @@ func (v confNode) items() ([]confNode, error) {
 // isScalar reports whether v is a single value (not a list or a mapping).
 func (v confNode) isScalar() bool { return resolved(v.n).Kind == yaml.ScalarNode }
 
-// str returns a non-empty single value as text.
-func (v confNode) str() (string, error) {
-	n := resolved(v.n)
-	if n.Kind != yaml.ScalarNode {
-		return "", v.errorf("want a single value, got %s", v.what())
-	}
-	if n.ShortTag() == "!!null" || n.Value == "" {
-		return "", v.errorf("is empty")
-	}
-	return n.Value, nil
-}
-
-// integer returns a whole number within [lo, hi]; describe says how the
-// range reads in the error ("allowed 1 to 10000").
-func (v confNode) integer(lo, hi int, describe string) (int, error) {
-	n := resolved(v.n)
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-		return 0, v.errorf("want a whole number, got %s", v.what())
-	}
-	var x int64
-	if err := n.Decode(&x); err != nil || x < math.MinInt32 || x > math.MaxInt32 {
-		return 0, v.errorf("%s is out of range: %s", n.Value, describe)
-	}
-	if int(x) < lo || int(x) > hi {
-		return 0, v.errorf("%d is out of range: %s", x, describe)
-	}
-	return int(x), nil
-}
-
-// noLimit is a duration range's open upper end.
-const noLimit = time.Duration(math.MaxInt64)
-
-// duration returns a duration written with its unit ("30s", "1m30s",
-// "250ms") within [lo, hi]; hi may be noLimit, and lo 1 for "above 0".
-func (v confNode) duration(lo, hi time.Duration) (time.Duration, error) {
-	n := resolved(v.n)
-	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
-		return 0, v.errorf("want a duration such as 30s, got %s", v.what())
-	}
-	d, err := time.ParseDuration(n.Value)
+// text returns a single value, not empty.
+func (v confNode) text() (string, error) {
+	s, err := raw{n: v.n}.scalar()
 	if err != nil {
-		return 0, v.errorf("%q is not a duration: write a number and its unit, such as 500ms, 30s or 2m", n.Value)
-	}
-	switch {
-	case d >= lo && d <= hi:
-	case hi != noLimit:
-		return 0, v.errorf("%s is out of range: allowed %s to %s", n.Value, lo, hi)
-	case lo == 1:
-		return 0, v.errorf("%s is out of range: must be above 0", n.Value)
-	default:
-		return 0, v.errorf("%s is out of range: must be at least %s", n.Value, lo)
-	}
-	return d, nil
-}
-
-// oneOf returns a value that must be one of choices.
-func (v confNode) oneOf(choices ...string) (string, error) {
-	s, err := v.str()
-	if err != nil {
-		return "", err
-	}
-	if !slices.Contains(choices, s) {
-		return "", v.errorf("%q is not one of %s", s, strings.Join(choices, ", "))
+		return "", v.errorf("%v", err)
 	}
 	return s, nil
 }
 
-// envReference matches a value that is only a reference to an environment
-// variable: ${NAME} or $NAME.
-var envReference = regexp.MustCompile(`^\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))$`)
+// read reads v with a setting's reader; env resolves references.
+func (v confNode) read(read func(raw) (value, error), env func(string) (string, bool)) (value, error) {
+	val, err := read(raw{n: v.n, env: env})
+	if err != nil {
+		return value{}, v.errorf("%v", err)
+	}
+	val.at = origin{node: v}
+	return val, nil
+}
 
-// secret returns the value of the environment variable v refers to. A
-// literal value is refused, so that no password is ever written in the
-// file; so is a variable that is not set or is empty.
-func (v confNode) secret(getenv func(string) (string, bool), example string) (string, error) {
-	s, err := v.str()
+// envReference matches a value that is only a reference to an environment
+// variable: ${NAME} or $NAME, or ${NAME:-DEFAULT}.
+var envReference = regexp.MustCompile(`^\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))$`)
+
+// secret returns the value of the environment variable r, a value of the
+// file, refers to. A literal value is refused, so that no password is ever
+// written in the file. ${NAME} and $NAME must be set and not empty;
+// ${NAME:-DEFAULT} stands for DEFAULT when NAME is unset or empty:
+// ${NAME:-} for a value that may be left out (secret returns ""). A
+// DEFAULT other than empty must pass checkDefault; nil refuses every one.
+func secret(r raw, example string, checkDefault func(string) error) (string, error) {
+	s, err := r.scalar()
 	if err != nil {
 		return "", err
 	}
 	m := envReference.FindStringSubmatch(s)
 	if m == nil {
-		return "", v.errorf("give a reference to an environment variable, such as ${%s}, not the value itself: secrets stay out of this file", example)
+		return "", fmt.Errorf("give a reference to an environment variable, such as ${%s}, not the value itself: secrets stay out of this file", example)
 	}
-	name := m[1] + m[2]
-	val, ok := getenv(name)
+	name, optional, def := m[1]+m[4], m[2] != "", m[3]
+	if def != "" {
+		if checkDefault == nil {
+			return "", fmt.Errorf("a default is a value written in the file: use ${%s:-} for none", name)
+		}
+		if err := checkDefault(def); err != nil {
+			return "", fmt.Errorf("the default of %s: %w", name, err)
+		}
+	}
+	val, ok := r.env(name)
 	switch {
+	case val != "":
+		return val, nil
+	case optional:
+		return def, nil
 	case !ok:
-		return "", v.errorf("environment variable %s is not set", name)
-	case val == "":
-		return "", v.errorf("environment variable %s is empty", name)
+		return "", fmt.Errorf("environment variable %s is not set (write ${%s:-} if it may be)", name, name)
 	}
-	return val, nil
+	return "", fmt.Errorf("environment variable %s is empty", name)
+}
+
+// dsnDefault refuses a default DSN that holds a password: it would sit in
+// the file.
+func dsnDefault(dsn string) error {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if _, has := u.User.Password(); !has && !u.Query().Has("password") {
+			return nil
+		}
+	} else if !strings.Contains(dsn, "password=") {
+		return nil
+	}
+	return errors.New("holds a password: give it in the environment, or in PGPASSWORD or ~/.pgpass")
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,15 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 	allowUnknown := fs.Bool("allow-unknown-kind", false, "enqueue even if no worker of the queue has registered this kind yet")
 	uniqueKey := fs.String("unique-key", "", "make the job unique per kind while an equal one is in --unique-states: a duplicate inserts nothing and prints the existing job's id")
 	uniqueStates := fs.String("unique-states", "pending,running", "with --unique-key: the states, comma-separated, during which the key holds (pending is required)")
+	var tags stringList
+	fs.Var(&tags, "tag", "a tag to find the job by (fila jobs list --tag); repeat for more")
+	meta := keyValues{}
+	fs.Var(meta, "meta", "KEY=VALUE metadata the job carries to its handler and shows; repeat for more")
+	after := fs.String("after", "", "ID[,ID…]: jobs that must complete first; until then the job is waiting")
+	onDepFailure := fs.String("on-dependency-failure", "", "with --after: when a dependency ends dead or cancelled, the job ends dead (default), cancel, or run anyway")
+	sequence := fs.String("sequence", "", "KEY: run one at a time, in insertion order, with the other jobs of this sequence")
+	onDead := fs.String("sequence-on-dead", "", "with --sequence: when the job before is dead, block (default: wait until it is retried or deleted) or continue")
+	batch := fs.Int64("batch", 0, "ID of an open batch to join (fila batch new)")
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
@@ -50,22 +60,60 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 	if *maxAttempts < 1 || *maxAttempts > maxAttemptsMax {
 		return fmt.Errorf("--max-attempts %d out of range: allowed 1 to %d", *maxAttempts, maxAttemptsMax)
 	}
-	body, err := readPayload(*payload, g.stdin)
-	if err != nil {
-		return err
+	opts := &runtime.InsertOpts{Queue: *queue, Priority: int16(*priority), MaxAttempts: *maxAttempts, Tags: tags}
+	if len(meta) > 0 {
+		opts.Metadata = meta.asAny()
 	}
-	opts := &runtime.InsertOpts{Queue: *queue, Priority: int16(*priority), MaxAttempts: *maxAttempts}
 	if *uniqueKey != "" {
 		opts.UniqueKey = *uniqueKey
 		opts.UniqueStates = strings.Split(strings.ReplaceAll(*uniqueStates, " ", ""), ",")
 	} else if fsVisited(fs, "unique-states") {
 		return g.usageError("--unique-states needs --unique-key")
 	}
+	if *after != "" {
+		for _, f := range strings.Split(*after, ",") {
+			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("--after %q: want job ids separated by commas, such as 12,13", *after)
+			}
+			opts.After = append(opts.After, id)
+		}
+	}
+	switch {
+	case *onDepFailure != "" && *after == "":
+		return g.usageError("--on-dependency-failure needs --after")
+	case *onDead != "" && *sequence == "":
+		return g.usageError("--sequence-on-dead needs --sequence")
+	case *onDepFailure != "" && !slices.Contains([]string{runtime.DependencyFailureDead, runtime.DependencyFailureCancel, runtime.DependencyFailureRun}, *onDepFailure):
+		return fmt.Errorf("--on-dependency-failure %q: use dead, cancel or run", *onDepFailure)
+	case *onDead != "" && *onDead != runtime.SequenceDeadBlock && *onDead != runtime.SequenceDeadContinue:
+		return fmt.Errorf("--sequence-on-dead %q: use block or continue", *onDead)
+	case *batch < 0:
+		return fmt.Errorf("--batch %d is not a batch id", *batch)
+	}
+	opts.OnDependencyFailure, opts.Sequence, opts.SequenceOnDead, opts.Batch = *onDepFailure, *sequence, *onDead, *batch
+	if err := runtime.ValidateInsertOpts(opts); err != nil {
+		return fmt.Errorf("enqueue: %w", err)
+	}
 	pool, err := g.migratedPool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	// The table's limits are the ones that hold; checked here, a payload
+	// over them is refused before it is read whole or sent.
+	limits, enforced, err := runtime.TablePayloadLimits(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if !enforced {
+		limits = runtime.PayloadLimits{MaxBytes: runtime.PayloadMaxBytesMax, MaxDepth: runtime.PayloadMaxDepthMax}
+	}
+	opts.PayloadLimits = limits
+	body, err := readPayload(*payload, g.stdin, limits)
+	if err != nil {
+		return err
+	}
 	if *runAt != "" {
 		t, err := parseRunAt(ctx, pool, *runAt)
 		if err != nil {
@@ -86,34 +134,50 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 	if res.Duplicate {
 		// stdout stays the id alone, for scripts; what happened goes to stderr.
 		fmt.Fprintf(g.stderr, "fila enqueue: duplicate: job %d of kind %s with unique key %q is %s; nothing was inserted\n",
-			res.ID, *kind, *uniqueKey, res.DuplicateState)
+			res.ID, termLine(*kind), *uniqueKey, termLine(res.DuplicateState))
 	}
 	return nil
 }
 
+// readPayloadSlack is how many times the payload limit a file or stdin may
+// hold before it is refused unread: room for indentation and blanks, which
+// the limit does not count.
+const readPayloadSlack = 8
+
 // readPayload reads --payload: JSON itself, "-" for stdin or "@FILE". Neither
-// "-" nor "@…" is valid JSON, so the forms cannot be confused.
-func readPayload(arg string, stdin io.Reader) (json.RawMessage, error) {
+// "-" nor "@…" is valid JSON, so the forms cannot be confused. A payload
+// over limits (the table's) is refused naming them; a file or stdin far
+// larger is refused without reading it whole.
+func readPayload(arg string, stdin io.Reader, limits runtime.PayloadLimits) (json.RawMessage, error) {
 	var (
 		body []byte
 		err  error
 		what = "--payload"
 	)
+	most := int64(limits.MaxBytes)*readPayloadSlack + 64<<10
 	switch {
 	case arg == "-":
 		what = "--payload - (stdin)"
 		if stdin == nil {
 			return nil, fmt.Errorf("%s: no stdin", what)
 		}
-		body, err = io.ReadAll(stdin)
+		body, err = io.ReadAll(io.LimitReader(stdin, most+1))
 	case strings.HasPrefix(arg, "@"):
 		what = "--payload " + arg
-		body, err = os.ReadFile(arg[1:])
+		var f *os.File
+		if f, err = os.Open(arg[1:]); err == nil {
+			body, err = io.ReadAll(io.LimitReader(f, most+1))
+			f.Close()
+		}
 	default:
 		body = []byte(arg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if int64(len(body)) > most {
+		return nil, fmt.Errorf("%s holds more than %d bytes, far over the table's payload limit of %d bytes (fila jobs limits shows and sets it)",
+			what, most, limits.MaxBytes)
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil, fmt.Errorf("%s is empty: give a JSON value such as {}", what)
@@ -123,6 +187,9 @@ func readPayload(arg string, stdin io.Reader) (json.RawMessage, error) {
 			return nil, fmt.Errorf("--payload is not valid JSON (%v): %q", err, truncateString(arg, 80))
 		}
 		return nil, fmt.Errorf("%s is not valid JSON: %v", what, err)
+	}
+	if err := limits.Check(body); err != nil {
+		return nil, fmt.Errorf("%s %v: the table's limit (fila jobs limits shows and sets it)", what, err)
 	}
 	return json.RawMessage(body), nil
 }
@@ -185,4 +252,32 @@ func fsVisited(fs *flag.FlagSet, name string) bool {
 	seen := false
 	fs.Visit(func(f *flag.Flag) { seen = seen || f.Name == name })
 	return seen
+}
+
+// stringList is a flag that may be given several times.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// keyValues is a KEY=VALUE flag that may be given several times.
+type keyValues map[string]string
+
+func (m keyValues) String() string { return "" }
+
+func (m keyValues) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q is not KEY=VALUE", v)
+	}
+	m[k] = val
+	return nil
+}
+
+func (m keyValues) asAny() map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

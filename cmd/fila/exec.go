@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
+	"github.com/fila-run/fila/internal/execguard"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -22,64 +20,113 @@ import (
 // goes to dead at once.
 const ExitPermanent = 65
 
-// execWrapper runs the user's command (from FILA_EXEC_COMMAND) in the
-// background of a shell that kills its whole process group on SIGTERM. The
-// kernel sends that SIGTERM when the worker dies (Pdeathsig), and the worker
-// sends it on cancellation. Stdin is passed through fd 3 because a background
-// command's stdin would otherwise be /dev/null.
-const execWrapper = `exec 3<&0
-trap 'kill -KILL 0' TERM
-(eval "$FILA_EXEC_COMMAND") <&3 3<&- &
-wait $!`
+// execGuardCommand is the hidden subcommand that runs the guard between
+// the worker and each --exec command (internal/execguard). `fila help`
+// does not list it.
+const execGuardCommand = "exec-guard"
+
+// selfExe is this very binary, also if its file was replaced or removed
+// since the worker started: a guard always speaks its worker's protocol.
+const selfExe = "/proc/self/exe"
+
+// waitingGuards is how many guards a worker keeps started ahead of the
+// jobs they will run, per stdout its commands write to.
+const waitingGuards = 2
+
+// guardPools are this process's pools of guards, by the stdout their
+// commands write to (the worker's own, in practice only one).
+var guardPools struct {
+	sync.Mutex
+	byStdout map[io.Writer]*execguard.Pool
+}
+
+// guardPool returns the pool of guards whose commands write to stdout.
+func guardPool(stdout io.Writer) *execguard.Pool {
+	newPool := func() *execguard.Pool {
+		return execguard.NewPool(func() *exec.Cmd {
+			cmd := exec.Command(selfExe, execGuardCommand)
+			cmd.Args[0] = "fila"
+			cmd.Stdout = stdout
+			return cmd
+		}, waitingGuards)
+	}
+	if !reflect.TypeOf(stdout).Comparable() {
+		return newPool()
+	}
+	guardPools.Lock()
+	defer guardPools.Unlock()
+	p, ok := guardPools.byStdout[stdout]
+	if !ok {
+		p = newPool()
+		if guardPools.byStdout == nil {
+			guardPools.byStdout = map[io.Writer]*execguard.Pool{}
+		}
+		guardPools.byStdout[stdout] = p
+	}
+	return p
+}
 
 // stderrTail is how much of a failed command's stderr becomes last_error.
 const stderrTail = 2048
 
 // execHandler runs command with sh -c for each job: the payload on stdin,
-// the job in FILA_JOB_* variables, its stdout to stdout (the worker's own). Exit 0 completes the job, ExitPermanent
+// the job in FILA_JOB_* variables (and what middleware adds with
+// runtime.WithCommandEnv, such as TRACEPARENT), its stdout to stdout (the
+// worker's own). Exit 0 completes the job, ExitPermanent
 // kills it, any other exit is a failed attempt.
+//
+// The command runs under a guard (fila exec-guard), which kills its whole
+// tree, every descendant included, when the command exits, when the
+// handler's context is done, when this worker dies, and at the attempt's
+// deadline (job.OwnedUntil, sent again at each renewal), the last even
+// while this worker is frozen and cannot say anything.
 func execHandler(command string, stdout io.Writer) runtime.Handler {
+	guards := guardPool(stdout)
 	return func(ctx context.Context, job *runtime.Job) error {
-		cmd := exec.CommandContext(ctx, "sh", "-c", execWrapper)
-		cmd.Stdin = bytes.NewReader(job.Payload)
-		cmd.Env = append(os.Environ(),
-			"FILA_EXEC_COMMAND="+command,
-			"FILA_JOB_ID="+strconv.FormatInt(job.ID, 10),
-			"FILA_JOB_KIND="+job.Kind,
-			"FILA_JOB_QUEUE="+job.Queue,
-			"FILA_JOB_ATTEMPT="+strconv.Itoa(job.Attempt),
-			"FILA_JOB_MAX_ATTEMPTS="+strconv.Itoa(job.MaxAttempts),
-			"FILA_IDEMPOTENCY_KEY="+job.IdempotencyKey(),
-		)
 		tail := &tailBuffer{max: stderrTail}
-		cmd.Stdout = stdout
-		cmd.Stderr = tail
-		// Its own process group, so cancellation reaches whatever it started;
-		// and if this worker dies (even by SIGKILL), the wrapper is sent
-		// SIGTERM by the kernel and kills the group, so the command never runs
-		// on beside the worker that rescues the job.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-		cmd.WaitDelay = 5 * time.Second
-		err := cmd.Run()
-		if err == nil {
+		end, err := guards.Run(ctx, execguard.Attempt{
+			Command: command,
+			Env: append(append(os.Environ(),
+				"FILA_EXEC_COMMAND="+command,
+				"FILA_JOB_ID="+strconv.FormatInt(job.ID, 10),
+				"FILA_JOB_KIND="+job.Kind,
+				"FILA_JOB_QUEUE="+job.Queue,
+				"FILA_JOB_ATTEMPT="+strconv.Itoa(job.Attempt),
+				"FILA_JOB_MAX_ATTEMPTS="+strconv.Itoa(job.MaxAttempts),
+				"FILA_IDEMPOTENCY_KEY="+job.IdempotencyKey(),
+			), runtime.CommandEnv(ctx)...), // what middleware passes on, such as TRACEPARENT
+			Stdin:      job.Payload,
+			Stderr:     tail,
+			OwnedUntil: job.OwnedUntil,
+			Renewed:    job.Renewed(),
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: command stopped: %v", context.Cause(ctx), err)
+			}
+			return fmt.Errorf("run %q: %w", command, err)
+		}
+		if end.How == execguard.Exited && end.Code == 0 {
 			return nil
 		}
-		var exitErr *exec.ExitError
-		if !errors.As(err, &exitErr) {
-			return fmt.Errorf("run %q: %w", command, err)
+		if end.How == execguard.Failed {
+			return fmt.Errorf("run %q: %s", command, end.Detail)
 		}
 		msg := strings.TrimSpace(tail.String())
 		if msg == "" {
 			msg = "(no stderr)"
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: command stopped (%v): %s", context.Cause(ctx), exitErr, msg)
-		}
-		if exitErr.ExitCode() == ExitPermanent {
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w: command stopped (%v): %s", context.Cause(ctx), end, msg)
+		case end.How == execguard.Deadline:
+			// The guard's clock ran out before the runtime's own timer
+			// cancelled the handler: the same deadline, seen first.
+			return fmt.Errorf("%w: command stopped (%v): %s", runtime.ErrLeaseDeadline, end, msg)
+		case end.How == execguard.Exited && end.Code == ExitPermanent:
 			return runtime.Permanent(fmt.Errorf("exit %d (permanent): %s", ExitPermanent, msg))
 		}
-		return fmt.Errorf("%v: %s", exitErr, msg)
+		return fmt.Errorf("%v: %s", end, msg)
 	}
 }
 

@@ -77,6 +77,12 @@ func (g *globals) mainDSN() string {
 	return ""
 }
 
+// dsnGiven reports whether a DSN was given, by --dsn or the environment,
+// rather than left to pgx's localhost defaults.
+func (g *globals) dsnGiven() bool {
+	return g.mainDSN() != "" || os.Getenv("PGHOST") != "" || os.Getenv("PGDATABASE") != ""
+}
+
 // listenerDSN resolves --listen-dsn.
 func (g *globals) listenerDSN() string {
 	for _, v := range []string{g.listenDSN, os.Getenv("FILA_LISTEN_DSN")} {
@@ -98,8 +104,7 @@ func (g *globals) log() *zap.Logger {
 	if err != nil {
 		level = zapcore.InfoLevel // checkLogFlags refused it already
 	}
-	encCfg := zap.NewProductionEncoderConfig()
-	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg := logEncoderConfig()
 	tty := isTerminal(g.stderr)
 	var enc zapcore.Encoder
 	if g.logFormat == "console" || (g.logFormat == "auto" && tty) {
@@ -113,6 +118,15 @@ func (g *globals) log() *zap.Logger {
 	}
 	g.logger = zap.New(zapcore.NewCore(enc, zapcore.AddSync(g.stderr), level))
 	return g.logger
+}
+
+// logEncoderConfig is how fila's logs write their fields: times in ISO
+// 8601, durations with their unit ("lease": "30s"), not as a bare number.
+func logEncoderConfig() zapcore.EncoderConfig {
+	c := zap.NewProductionEncoderConfig()
+	c.EncodeTime = zapcore.ISO8601TimeEncoder
+	c.EncodeDuration = zapcore.StringDurationEncoder
+	return c
 }
 
 // isTerminal reports whether w is a terminal.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fila-run/fila/internal/channel"
+	"github.com/fila-run/fila/internal/jsonpreview"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -26,15 +27,16 @@ type jobsCommand struct {
 
 var jobsCommands = []jobsCommand{
 	{"list", "[--state S] [--kind K] [--queue Q] [--limit N] [--before ID]", "list jobs, newest first", runJobsList},
-	{"show", "ID", "show one job: payload, attempts, times and every attempt's error", runJobsShow},
+	{"show", "ID [--payload]", "show one job: payload, attempts, times and every attempt's error; --payload prints the payload alone, whole", runJobsShow},
 	{"retry", "ID… | --state dead|cancelled [--kind K] [--queue Q]", "put dead or cancelled jobs back to pending, due now, attempts reset", runJobsRetry},
-	{"cancel", "ID…", "cancel pending or running jobs (a running one is stopped within a heartbeat)", runJobsCancel},
-	{"delete", "ID…", "delete jobs that are not running", runJobsDelete},
+	{"cancel", "ID… | --state waiting|pending|running|scheduled|retrying [--kind K] [--queue Q]", "cancel waiting, pending or running jobs (a running one is stopped within a heartbeat)", runJobsCancel},
+	{"delete", "ID… | --state dead|cancelled|waiting|pending|scheduled|retrying [--kind K] [--queue Q]", "delete jobs that are not running", runJobsDelete},
+	{"limits", "[--max-payload-bytes N] [--max-payload-depth N]", "show, or set, the largest and deepest payload the table accepts", runJobsLimits},
 }
 
 func init() {
-	register("jobs", "list, show, retry, cancel and delete jobs: jobs list|show|retry|cancel|delete", runJobs)
-	describeArgs("jobs", "list|show|retry|cancel|delete")
+	register("jobs", "list, show, retry, cancel and delete jobs, and their payload limits: jobs list|show|retry|cancel|delete|limits", runJobs)
+	describeArgs("jobs", "list|show|retry|cancel|delete|limits")
 	for _, c := range jobsCommands {
 		describeArgs("jobs "+c.name, c.args)
 	}
@@ -57,9 +59,9 @@ func runJobs(ctx context.Context, g *globals, args []string) error {
 		jobsUsage(g.stderr)
 		return errUsage
 	case strings.HasPrefix(args[0], "-"):
-		return g.usageError("give the jobs command before its flags: fila jobs list|show|retry|cancel|delete [flags]")
+		return g.usageError("give the jobs command before its flags: fila jobs list|show|retry|cancel|delete|limits [flags]")
 	}
-	return g.usageError("unknown jobs command %q: use list, show, retry, cancel or delete", args[0])
+	return g.usageError("unknown jobs command %q: use list, show, retry, cancel, delete or limits", args[0])
 }
 
 func jobsUsage(w io.Writer) {
@@ -73,17 +75,21 @@ func jobsUsage(w io.Writer) {
 
 func runJobsList(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs list", flag.ContinueOnError)
-	state := fs.String("state", "", "only jobs in this state: "+strings.Join(runtime.JobStates(), ", "))
+	state := fs.String("state", "", "only jobs in this state: "+strings.Join(runtime.JobStates(), ", ")+
+		"; or scheduled (pending, due later) or retrying (pending after a failed attempt)")
 	kind := fs.String("kind", "", "only jobs of this kind")
 	queue := fs.String("queue", "", "only jobs of this queue")
 	limit := fs.Int("limit", runtime.ListLimitDefault, fmt.Sprintf("most jobs to list, 1 to %d", runtime.ListLimitMax))
 	before := fs.Int64("before", 0, "only jobs whose id is below this one (the next page: the last id listed); 0 for the newest")
+	tag := fs.String("tag", "", "only jobs with this tag")
+	meta := keyValues{}
+	fs.Var(meta, "meta", "only jobs whose metadata has KEY=VALUE; repeat for more")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
-	if *state != "" && !slices.Contains(runtime.JobStates(), *state) {
-		return fmt.Errorf("--state %q is unknown: use %s", *state, strings.Join(runtime.JobStates(), ", "))
+	if *state != "" && !slices.Contains(runtime.ListStates(), *state) {
+		return fmt.Errorf("--state %q is unknown: use %s", *state, strings.Join(runtime.ListStates(), ", "))
 	}
 	if *queue != "" {
 		if err := channel.ValidateQueue(*queue); err != nil {
@@ -101,7 +107,11 @@ func runJobsList(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	jobs, err := runtime.ListJobs(ctx, pool, runtime.JobFilter{State: *state, Kind: *kind, Queue: *queue, BeforeID: *before, Limit: *limit})
+	f := runtime.JobFilter{State: *state, Kind: *kind, Queue: *queue, BeforeID: *before, Limit: *limit, Tag: *tag}
+	if len(meta) > 0 {
+		f.Metadata = meta.asAny()
+	}
+	jobs, err := runtime.ListJobs(ctx, pool, f)
 	if err != nil {
 		return err
 	}
@@ -115,8 +125,8 @@ func runJobsList(ctx context.Context, g *globals, args []string) error {
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPTS\tRUN AT\tFINISHED\tLAST ERROR")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.State, j.Attempts, j.MaxAttempts,
-			listTime(&j.RunAt), listTime(j.FinishedAt), singleLine(j.LastError, 60))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.ID, termLine(j.Queue), termLine(j.Kind), termLine(j.State),
+			j.Attempts, j.MaxAttempts, listTime(&j.RunAt), listTime(j.FinishedAt), singleLine(j.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -127,15 +137,30 @@ func runJobsList(ctx context.Context, g *globals, args []string) error {
 	return nil
 }
 
+// What `jobs show` reads and prints of a payload: the text shows its first
+// showPayloadBytes, indented, and arrays and objects to showPayloadDepth
+// levels, read from the first showPayloadRead bytes of the payload (room
+// for what indentation adds and deep levels skip); --payload and --json
+// stream it whole.
+const (
+	showPayloadBytes = 64 << 10
+	showPayloadRead  = 2 * showPayloadBytes
+	showPayloadDepth = 20
+)
+
 func runJobsShow(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs show", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON, the payload whole")
+	rawPayload := fs.Bool("payload", false, "print the payload alone, whole, as JSON (to save it: > payload.json)")
 	pos, err := g.parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return g.usageError("give one job id")
+	}
+	if *asJSON && *rawPayload {
+		return g.usageError("give --json or --payload, not both")
 	}
 	ids, err := parseIDs(pos)
 	if err != nil {
@@ -146,61 +171,208 @@ func runJobsShow(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	j, err := runtime.GetJob(ctx, pool, ids[0])
-	if errors.Is(err, runtime.ErrJobNotFound) {
-		return fmt.Errorf("job %d does not exist", ids[0])
-	}
-	if err != nil {
+	id := ids[0]
+	notFound := func(err error) error {
+		if errors.Is(err, runtime.ErrJobNotFound) {
+			return fmt.Errorf("job %d does not exist", id)
+		}
 		return err
 	}
+	if *rawPayload {
+		out := &terminalJSON{w: g.stdout}
+		if _, err := runtime.WriteJobPayload(ctx, pool, id, out, nil); err != nil {
+			return notFound(err)
+		}
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		_, err := io.WriteString(g.stdout, "\n")
+		return err
+	}
+	read := showPayloadRead
 	if *asJSON {
-		// Payload and errors are always there, even when empty.
-		return writeJSON(g.stdout, struct {
-			*runtime.JobRow
-			Payload json.RawMessage        `json:"payload"`
-			Errors  []runtime.AttemptError `json:"errors"`
-		}{j, j.Payload, j.Errors})
+		read = 0 // streamed below
+	}
+	j, err := runtime.PreviewJob(ctx, pool, id, read)
+	if err != nil {
+		return notFound(err)
+	}
+	flow, err := runtime.GetJobFlow(ctx, pool, id)
+	if err != nil {
+		return notFound(err)
+	}
+	var fp *runtime.JobFlow
+	if flow.Any {
+		fp = &flow
+	}
+	if *asJSON {
+		return writeJobJSON(ctx, g.stdout, pool, j, fp)
 	}
 	printJob(g.stdout, j)
+	if fp != nil {
+		printFlow(g.stdout, fp)
+	}
 	return nil
 }
 
-func printJob(w io.Writer, j *runtime.JobRow) {
+// printFlow prints a job's place in its flows: what it waits for and what
+// waits for it, with their states, in id order.
+func printFlow(w io.Writer, f *runtime.JobFlow) {
+	fmt.Fprintln(w, "flow:")
+	if f.WaitReason != "" {
+		fmt.Fprintf(w, "  waiting: %s\n", termLine(f.WaitReason))
+	}
+	list := func(title string, jobs []runtime.FlowJob) {
+		if len(jobs) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "  %s:\n", title)
+		for _, d := range jobs {
+			fmt.Fprintf(w, "    %d  %s  %s\n", d.ID, termLine(d.Kind), d.State)
+		}
+	}
+	if len(f.Dependencies) > 0 {
+		list(fmt.Sprintf("dependencies (if one ends dead or cancelled: %s)", f.DependencyFailure), f.Dependencies)
+	}
+	list("dependents", f.Dependents)
+	if f.Sequence != "" {
+		fmt.Fprintf(w, "  sequence: %s (when the job before is dead: %s)\n", termLine(f.Sequence), f.SequenceOnDead)
+		if f.Before != nil {
+			fmt.Fprintf(w, "    before: %d  %s  %s\n", f.Before.ID, termLine(f.Before.Kind), f.Before.State)
+		}
+		if f.After != nil {
+			fmt.Fprintf(w, "    after:  %d  %s  %s\n", f.After.ID, termLine(f.After.Kind), f.After.State)
+		}
+	}
+	if b := f.Batch; b != nil {
+		printBatchLine(w, "  batch: ", b)
+	}
+}
+
+// printBatchLine prints a batch's progress on one line.
+func printBatchLine(w io.Writer, prefix string, b *runtime.Batch) {
+	callback := "not yet"
+	if b.CallbackID != nil {
+		callback = "job " + strconv.FormatInt(*b.CallbackID, 10)
+	}
+	size := strconv.Itoa(b.Total)
+	if !b.Sealed {
+		size = strconv.Itoa(b.Jobs) + " so far (open)"
+	}
+	fmt.Fprintf(w, "%s%d: %s jobs, %d completed, %d dead, %d cancelled, %d unfinished; callback %s (%s)\n",
+		prefix, b.ID, size, b.Completed, b.Dead, b.Cancelled, b.Unfinished, termLine(b.CallbackKind), callback)
+}
+
+// writeJobJSON prints a job as indented JSON, its payload streamed in
+// whole (as PostgreSQL prints it, not indented: indenting a deeply nested
+// payload is what makes it huge) at its place.
+func writeJobJSON(ctx context.Context, w io.Writer, db runtime.DB, j *runtime.JobPreview, flow *runtime.JobFlow) error {
+	// A NUL, escaped, can be in no string of the table's: its text is the
+	// payload's place.
+	const mark = `"\u0000"`
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	err := enc.Encode(struct {
+		*runtime.JobRow
+		// Payload and errors are always there, even when empty.
+		Payload       json.RawMessage        `json:"payload"`
+		Errors        []runtime.AttemptError `json:"errors"`
+		ErrorsOmitted int                    `json:"errors_omitted,omitempty"`
+		Flow          *runtime.JobFlow       `json:"flow,omitempty"`
+	}{&j.JobRow, json.RawMessage(mark), j.Errors, j.ErrorsOmitted, flow})
+	if err != nil {
+		return err
+	}
+	before, after, ok := bytes.Cut(b.Bytes(), []byte(mark))
+	if !ok {
+		return errors.New("jobs show --json: the payload's place is missing")
+	}
+	if _, err := w.Write(jsonTerminalSafe(before)); err != nil {
+		return err
+	}
+	out := &terminalJSON{w: w}
+	if _, err := runtime.WriteJobPayload(ctx, db, j.ID, out, nil); err != nil {
+		if errors.Is(err, runtime.ErrJobNotFound) {
+			return fmt.Errorf("job %d was deleted while it was shown", j.ID)
+		}
+		return err
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	_, err = w.Write(jsonTerminalSafe(after))
+	return err
+}
+
+func printJob(w io.Writer, j *runtime.JobPreview) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(name, value string) { fmt.Fprintf(tw, "%s\t%s\n", name, value) }
 	field("id", strconv.FormatInt(j.ID, 10))
-	field("queue", j.Queue)
-	field("kind", j.Kind)
-	field("state", j.State)
+	field("queue", termLine(j.Queue))
+	field("kind", termLine(j.Kind))
+	field("state", termLine(j.State))
 	field("priority", fmt.Sprintf("%d (a lower number runs first)", j.Priority))
 	field("attempts", fmt.Sprintf("%d of %d", j.Attempts, j.MaxAttempts))
 	field("created at", showTime(&j.CreatedAt))
 	field("run at", showTime(&j.RunAt))
 	field("started at", showTime(j.StartedAt))
 	field("finished at", showTime(j.FinishedAt))
+	if j.State == runtime.StateRunning && j.StartedAt != nil {
+		field("running for", seconds(j.Now.Sub(*j.StartedAt).Seconds()))
+	}
 	field("lease until", showTime(j.LeaseUntil))
+	switch {
+	case j.Worker == "":
+		field("worker", "-")
+	case j.State == runtime.StateRunning:
+		field("worker", termLine(j.Worker))
+	default:
+		field("worker", termLine(j.Worker)+" (its last attempt's)")
+	}
 	if j.LastError == "" {
 		field("last error", "-")
 	} else {
 		field("last error", singleLine(j.LastError, 200))
 	}
+	if len(j.Tags) > 0 {
+		field("tags", termLine(strings.Join(j.Tags, ", ")))
+	}
+	if j.Metadata != nil {
+		field("metadata", termLine(singleLine(string(j.Metadata), 400)))
+	}
+	if j.Output != nil {
+		field("output", termLine(singleLine(string(j.Output), 400)))
+	}
 	tw.Flush()
 	fmt.Fprintln(w, "payload:")
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, j.Payload, "  ", "  "); err != nil {
-		pretty.Reset()
-		pretty.Write(j.Payload)
+	p := jsonpreview.Indent([]byte(j.PayloadText), !j.PayloadCut, "  ", "  ",
+		jsonpreview.Limits{MaxBytes: showPayloadBytes, MaxDepth: showPayloadDepth})
+	fmt.Fprintf(w, "  %s\n", termText(p.Text))
+	switch {
+	case p.Cut && p.Elided:
+		fmt.Fprintf(w, "  … cut: the payload is %d bytes, shown up to %d bytes indented and %d levels deep ([…] and {…} stand for deeper ones); fila jobs show --payload %d prints it whole\n",
+			j.PayloadBytes, showPayloadBytes, showPayloadDepth, j.ID)
+	case p.Cut:
+		fmt.Fprintf(w, "  … cut: the payload is %d bytes, shown up to %d bytes indented; fila jobs show --payload %d prints it whole\n",
+			j.PayloadBytes, showPayloadBytes, j.ID)
+	case p.Elided:
+		fmt.Fprintf(w, "  ([…] and {…} stand for arrays and objects nested deeper than %d levels; fila jobs show --payload %d prints them)\n",
+			showPayloadDepth, j.ID)
 	}
-	fmt.Fprintf(w, "  %s\n", pretty.String())
 	if len(j.Errors) == 0 {
 		fmt.Fprintln(w, "errors: none")
 		return
 	}
-	fmt.Fprintln(w, "errors, oldest first (the latest 20 are kept):")
+	if j.ErrorsOmitted > 0 {
+		fmt.Fprintf(w, "errors, oldest first (the latest %d shown; %d older ones, written by hand, are not):\n", len(j.Errors), j.ErrorsOmitted)
+	} else {
+		fmt.Fprintln(w, "errors, oldest first (the latest 20 are kept):")
+	}
 	for _, e := range j.Errors {
 		fmt.Fprintf(w, "  attempt %d at %s:\n", e.Attempt, showTime(&e.At))
 		for _, line := range strings.Split(strings.TrimRight(e.Error, "\n"), "\n") {
-			fmt.Fprintf(w, "    %s\n", line)
+			fmt.Fprintf(w, "    %s\n", termText(line))
 		}
 	}
 }
@@ -227,11 +399,18 @@ func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 	if len(pos) > 0 {
 		return g.usageError("give job ids or --state, not both")
 	}
-	if *state != "dead" && *state != "cancelled" {
+	if !slices.Contains(runtime.RetryStates(), *state) {
 		return fmt.Errorf("--state %q: only dead or cancelled jobs can be retried", *state)
 	}
-	if *queue != "" {
-		if err := channel.ValidateQueue(*queue); err != nil {
+	return changeWhere(ctx, g, runtime.JobFilter{State: *state, Kind: *kind, Queue: *queue}, *asJSON, "retry", "retried", runtime.RetryWhere)
+}
+
+// changeWhere runs a change on the jobs f selects, prints what it changed
+// as changeByID does, and fails naming every job it left alone.
+func changeWhere(ctx context.Context, g *globals, f runtime.JobFilter, asJSON bool, verb, past string,
+	change func(context.Context, runtime.DB, runtime.JobFilter) (runtime.ChangeResult, error)) error {
+	if f.Queue != "" {
+		if err := channel.ValidateQueue(f.Queue); err != nil {
 			return fmt.Errorf("--queue: %w", err)
 		}
 	}
@@ -240,46 +419,155 @@ func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	res, err := runtime.RetryWhere(ctx, pool, runtime.JobFilter{State: *state, Kind: *kind, Queue: *queue})
+	res, err := change(ctx, pool, f)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return writeJSON(g.stdout, res)
+	switch {
+	case asJSON:
+		if err := writeJSON(g.stdout, res); err != nil {
+			return err
+		}
+	case len(res.Changed) == 0 && len(res.Skipped) == 0:
+		fmt.Fprintf(g.stdout, "no %s jobs to %s\n", f.State, verb)
+	case len(res.Changed) > 0:
+		fmt.Fprintf(g.stdout, "%s %s: %s\n", past, plural(len(res.Changed), f.State+" job"), idList(res.IDs()))
+		printRunning(g.stdout, past, res)
+		printLaterRuns(g.stdout, res)
 	}
-	if len(res.Changed) == 0 {
-		fmt.Fprintf(g.stdout, "no %s jobs to retry\n", *state)
-		return nil
+	return refusedError(res)
+}
+
+// stateFlags are the flags that select jobs by state instead of by id.
+type stateFlags struct{ state, kind, queue *string }
+
+func addStateFlags(fs *flag.FlagSet, verb, states string) stateFlags {
+	return stateFlags{
+		state: fs.String("state", "", "instead of ids: "+verb+" every job in this state, "+states),
+		kind:  fs.String("kind", "", "with --state: only jobs of this kind"),
+		queue: fs.String("queue", "", "with --state: only jobs of this queue"),
 	}
-	fmt.Fprintf(g.stdout, "retried %s: %s\n", plural(len(res.Changed), *state+" job"), idList(res.IDs()))
-	printLaterRuns(g.stdout, res)
-	return nil
+}
+
+// byState says whether the jobs are selected by --state, and refuses ids
+// and --state together, or neither, or --kind and --queue without --state.
+func (sf stateFlags) byState(g *globals, pos []string, states string) (bool, error) {
+	switch {
+	case *sf.state == "" && (*sf.kind != "" || *sf.queue != ""):
+		return false, g.usageError("--kind and --queue select among --state %s jobs: add --state", states)
+	case *sf.state == "" && len(pos) == 0:
+		return false, g.usageError("give job ids, or --state %s", states)
+	case *sf.state != "" && len(pos) > 0:
+		return false, g.usageError("give job ids or --state, not both")
+	}
+	return *sf.state != "", nil
+}
+
+func (sf stateFlags) filter() runtime.JobFilter {
+	return runtime.JobFilter{State: *sf.state, Kind: *sf.kind, Queue: *sf.queue}
 }
 
 func runJobsCancel(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs cancel", flag.ContinueOnError)
+	states := strings.Join(runtime.CancelStates(), "|")
+	sf := addStateFlags(fs, "cancel", "waiting (for dependencies or a sequence), pending, running, scheduled (pending, due later) or retrying (pending after a failed attempt)")
 	asJSON := fs.Bool("json", false, "print what was cancelled and skipped as JSON")
 	pos, err := g.parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 {
-		return g.usageError("give the ids of the jobs to cancel")
+	byState, err := sf.byState(g, pos, states)
+	if err != nil {
+		return err
+	}
+	if byState {
+		if !slices.Contains(runtime.CancelStates(), *sf.state) {
+			return fmt.Errorf("--state %q: only waiting, pending, running, scheduled or retrying jobs can be cancelled", *sf.state)
+		}
+		return changeWhere(ctx, g, sf.filter(), *asJSON, "cancel", "cancelled", runtime.CancelWhere)
 	}
 	return changeByID(ctx, g, pos, *asJSON, "cancelled", runtime.Cancel)
 }
 
 func runJobsDelete(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs delete", flag.ContinueOnError)
+	states := strings.Join(runtime.DeleteStates(), "|")
+	sf := addStateFlags(fs, "delete", "dead, cancelled, waiting, pending, scheduled or retrying (completed jobs go by retention)")
 	asJSON := fs.Bool("json", false, "print what was deleted and skipped as JSON")
 	pos, err := g.parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 {
-		return g.usageError("give the ids of the jobs to delete")
+	byState, err := sf.byState(g, pos, states)
+	if err != nil {
+		return err
+	}
+	if byState {
+		if !slices.Contains(runtime.DeleteStates(), *sf.state) {
+			return fmt.Errorf("--state %q: only dead, cancelled, waiting, pending, scheduled or retrying jobs can be deleted by state (running ones: cancel them first; completed ones: retention deletes them)", *sf.state)
+		}
+		return changeWhere(ctx, g, sf.filter(), *asJSON, "delete", "deleted", runtime.DeleteWhere)
 	}
 	return changeByID(ctx, g, pos, *asJSON, "deleted", runtime.Delete)
+}
+
+func runJobsLimits(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("jobs limits", flag.ContinueOnError)
+	maxBytes := fs.Int("max-payload-bytes", 0, fmt.Sprintf("set the most bytes a payload's JSON text may take, %d to %d (default at migration: %d)",
+		runtime.PayloadMaxBytesMin, runtime.PayloadMaxBytesMax, runtime.PayloadMaxBytesDefault))
+	maxDepth := fs.Int("max-payload-depth", 0, fmt.Sprintf("set how deep a payload's arrays and objects may nest, %d to %d (default at migration: %d)",
+		runtime.PayloadMaxDepthMin, runtime.PayloadMaxDepthMax, runtime.PayloadMaxDepthDefault))
+	asJSON := fs.Bool("json", false, "print the limits as JSON")
+	if err := g.parse(fs, args); err != nil {
+		return err
+	}
+	setBytes, setDepth := fsVisited(fs, "max-payload-bytes"), fsVisited(fs, "max-payload-depth")
+	if setBytes && (*maxBytes < runtime.PayloadMaxBytesMin || *maxBytes > runtime.PayloadMaxBytesMax) {
+		return fmt.Errorf("--max-payload-bytes %d out of range: allowed %d to %d", *maxBytes, runtime.PayloadMaxBytesMin, runtime.PayloadMaxBytesMax)
+	}
+	if setDepth && (*maxDepth < runtime.PayloadMaxDepthMin || *maxDepth > runtime.PayloadMaxDepthMax) {
+		return fmt.Errorf("--max-payload-depth %d out of range: allowed %d to %d", *maxDepth, runtime.PayloadMaxDepthMin, runtime.PayloadMaxDepthMax)
+	}
+	pool, err := g.migratedPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	limits, enforced, err := runtime.TablePayloadLimits(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if setBytes || setDepth {
+		if !enforced {
+			limits = runtime.PayloadLimits{} // the defaults, for what is not given
+		}
+		if setBytes {
+			limits.MaxBytes = *maxBytes
+		}
+		if setDepth {
+			limits.MaxDepth = *maxDepth
+		}
+		if err := runtime.SetTablePayloadLimits(ctx, pool, limits); err != nil {
+			return err
+		}
+		if limits, enforced, err = runtime.TablePayloadLimits(ctx, pool); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return writeJSON(g.stdout, struct {
+			Enforced bool `json:"enforced"`
+			MaxBytes int  `json:"max_payload_bytes,omitempty"`
+			MaxDepth int  `json:"max_payload_depth,omitempty"`
+		}{enforced, limits.MaxBytes, limits.MaxDepth})
+	}
+	if !enforced {
+		fmt.Fprintln(g.stdout, "no payload limits: the table's trigger fila_jobs_payload_limits is dropped or disabled; set them with --max-payload-bytes and --max-payload-depth")
+		return nil
+	}
+	fmt.Fprintf(g.stdout, "a payload may take at most %d bytes as JSON text and nest at most %d deep (checked by the table's trigger fila_jobs_payload_limits on every insert)\n",
+		limits.MaxBytes, limits.MaxDepth)
+	return nil
 }
 
 // changeByID runs a change on the jobs named on the command line, prints
@@ -303,18 +591,55 @@ func changeByID(ctx context.Context, g *globals, args []string, asJSON bool, ver
 		if err := writeJSON(g.stdout, res); err != nil {
 			return err
 		}
-	} else if len(res.Changed) > 0 {
-		fmt.Fprintf(g.stdout, "%s %s: %s\n", verb, plural(len(res.Changed), "job"), idList(res.IDs()))
-		if verb == "cancelled" {
-			for _, c := range res.Changed {
-				if c.From == "running" {
-					fmt.Fprintf(g.stdout, "job %d was running: its worker stops it at its next heartbeat\n", c.ID)
-				}
-			}
-		}
-		printLaterRuns(g.stdout, res)
+		return refusedError(res)
 	}
-	return res.Err()
+	// One line per job, in the order given: what was done, or (on stderr,
+	// from refusedError) why not.
+	for _, c := range res.Changed {
+		line := fmt.Sprintf("job %d: %s (was %s", c.ID, verb, c.From)
+		switch {
+		case verb == "cancelled" && c.From == runtime.StateRunning:
+			line += ": its worker stops it at its next heartbeat"
+		case c.RunsAt != nil:
+			line += fmt.Sprintf(" while it ran: it runs again from %s, once that attempt's lease has ended", showTime(c.RunsAt))
+		}
+		fmt.Fprintln(g.stdout, line+")")
+	}
+	return refusedError(res)
+}
+
+// printRunning names the cancelled jobs that were running: their workers
+// stop them at their next heartbeat.
+func printRunning(w io.Writer, past string, res runtime.ChangeResult) {
+	if past != "cancelled" {
+		return
+	}
+	for _, c := range res.Changed {
+		if c.From == runtime.StateRunning {
+			fmt.Fprintf(w, "job %d was running: its worker stops it at its next heartbeat\n", c.ID)
+		}
+	}
+}
+
+// refusedErrorMost is how many refused jobs the error of a change names.
+const refusedErrorMost = 20
+
+// refusedError fails a change naming each job it left alone, with the
+// reason, one a line, up to refusedErrorMost of them; --json lists every
+// one.
+func refusedError(res runtime.ChangeResult) error {
+	if len(res.Skipped) == 0 {
+		return nil
+	}
+	var lines errorList
+	for i, s := range res.Skipped {
+		if i == refusedErrorMost {
+			lines = append(lines, fmt.Errorf("and %d more jobs left alone (--json lists every one)", len(res.Skipped)-refusedErrorMost))
+			break
+		}
+		lines = append(lines, errors.New(s.Reason))
+	}
+	return lines
 }
 
 // printLaterRuns names the retried jobs that are due later than now.
@@ -378,13 +703,21 @@ func showTime(t *time.Time) string {
 	return t.Local().Format("2006-01-02 15:04:05.000 MST")
 }
 
-// singleLine folds s onto one line of at most n bytes, for a table cell.
+// singleLine folds s onto one line of at most n characters, for a table
+// cell, with its control characters escaped (termLine).
 func singleLine(s string, n int) string {
-	return truncateString(strings.Join(strings.Fields(s), " "), n)
+	return termLine(oneLine(s, n))
 }
 
+// writeJSON prints v as indented JSON, with the characters a terminal would
+// act on escaped (jsonTerminalSafe).
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(jsonTerminalSafe(b.Bytes()))
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/runtime"
 )
 
 // seedState writes a job in a state as a worker would have left it.
@@ -108,7 +109,7 @@ WHERE id = $1::bigint`, dead)
 		{[]string{"jobs", "show", "999999"}, 1, "fila jobs show: job 999999 does not exist"},
 		{[]string{"jobs", "show"}, exitUsage, "fila jobs show: give one job id"},
 		{[]string{"jobs", "show", "x"}, 1, `fila jobs show: "x" is not a job id`},
-		{[]string{"jobs", "list", "--state", "failed"}, 1, `--state "failed" is unknown: use pending, running, completed, dead, cancelled`},
+		{[]string{"jobs", "list", "--state", "failed"}, 1, `--state "failed" is unknown: use waiting, pending, running, completed, dead, cancelled`},
 		{[]string{"jobs", "frob"}, exitUsage, `unknown jobs command "frob"`},
 		{[]string{"jobs", "--json", "list"}, exitUsage, "give the jobs command before its flags"},
 	} {
@@ -141,14 +142,16 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 
 	out, errOut, code := fila(t, db, "jobs", "retry", fmt.Sprint(dead), fmt.Sprint(running), fmt.Sprint(completed))
 	require.Equal(t, 1, code, "a job left alone fails the command")
-	require.Equal(t, fmt.Sprintf("retried 1 job: %d\n", dead), out)
-	require.Equal(t, fmt.Sprintf("fila jobs retry: job %d is running: cancel it first, or let it finish; job %d is completed: a completed job is not run again (enqueue a new one)\n", running, completed), errOut)
+	require.Equal(t, fmt.Sprintf("job %d: retried (was dead)\n", dead), out, "one line per job done")
+	require.Equal(t, fmt.Sprintf("fila jobs retry: job %d is running: cancel it first, or let it finish\n"+
+		"fila jobs retry: job %d is completed: a completed job is not run again (enqueue a new one)\n", running, completed), errOut,
+		"one line per job left alone")
 	require.Equal(t, "pending", state(dead))
 	require.Equal(t, "running", state(running))
 
 	out, errOut, code = fila(t, db, "jobs", "cancel", fmt.Sprint(running), fmt.Sprint(pending))
 	require.Zero(t, code, errOut)
-	require.Equal(t, fmt.Sprintf("cancelled 2 jobs: %d, %d\njob %d was running: its worker stops it at its next heartbeat\n", running, pending, running), out)
+	require.Equal(t, fmt.Sprintf("job %d: cancelled (was running: its worker stops it at its next heartbeat)\njob %d: cancelled (was pending)\n", running, pending), out)
 	require.Equal(t, "cancelled", state(running))
 	require.Equal(t, "cancelled", state(pending))
 
@@ -190,10 +193,22 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 	running2 := seedState(t, db, "mail", "running")
 	out, errOut, code = fila(t, db, "jobs", "delete", fmt.Sprint(completed), fmt.Sprint(running2))
 	require.Equal(t, 1, code)
-	require.Equal(t, fmt.Sprintf("deleted 1 job: %d\n", completed), out)
+	require.Equal(t, fmt.Sprintf("job %d: deleted (was completed)\n", completed), out)
 	require.Equal(t, fmt.Sprintf("fila jobs delete: job %d is running: cancel it first\n", running2), errOut)
 	require.Equal(t, "gone", state(completed))
 	require.Equal(t, "running", state(running2))
+
+	// Past 20 jobs left alone, one line says how many more.
+	args := []string{"jobs", "delete"}
+	for i := range 25 {
+		args = append(args, fmt.Sprint(900000+i))
+	}
+	_, errOut, code = fila(t, db, args...)
+	require.Equal(t, 1, code)
+	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+	require.Len(t, lines, 21, errOut)
+	require.Equal(t, "fila jobs delete: job 900000 does not exist", lines[0])
+	require.Equal(t, "fila jobs delete: and 5 more jobs left alone (--json lists every one)", lines[20])
 
 	for _, c := range []struct {
 		args []string
@@ -205,7 +220,14 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 		{[]string{"jobs", "retry", "--kind", "mail"}, exitUsage, "add --state"},
 		{[]string{"jobs", "retry", "--state", "running"}, 1, `--state "running": only dead or cancelled jobs can be retried`},
 		{[]string{"jobs", "retry", "0"}, 1, `"0" is not a job id`},
-		{[]string{"jobs", "cancel"}, exitUsage, "give the ids of the jobs to cancel"},
+		{[]string{"jobs", "cancel"}, exitUsage, "give job ids, or --state waiting|pending|running|scheduled|retrying"},
+		{[]string{"jobs", "cancel", "1", "--state", "pending"}, exitUsage, "give job ids or --state, not both"},
+		{[]string{"jobs", "cancel", "--queue", "q"}, exitUsage, "add --state"},
+		{[]string{"jobs", "cancel", "--state", "dead"}, 1, `--state "dead": only waiting, pending, running, scheduled or retrying jobs can be cancelled`},
+		{[]string{"jobs", "delete"}, exitUsage, "give job ids, or --state dead|cancelled|waiting|pending|scheduled|retrying"},
+		{[]string{"jobs", "delete", "--state", "running"}, 1, `--state "running": only dead, cancelled, waiting, pending, scheduled or retrying jobs can be deleted by state (running ones: cancel them first; completed ones: retention deletes them)`},
+		{[]string{"jobs", "delete", "--state", "completed"}, 1, "completed ones: retention deletes them"},
+		{[]string{"jobs", "delete", "--state", "dead", "--queue", "a b"}, 1, "--queue: "},
 		{[]string{"jobs", "delete", "-5"}, exitUsage, "flag provided but not defined: -5"},
 	} {
 		out, errOut, code := fila(t, db, c.args...)
@@ -214,4 +236,195 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 		require.Equal(t, 1, strings.Count(errOut, "\n"), "%v: one line: %s", c.args, errOut)
 		require.Contains(t, errOut, c.want, "%v", c.args)
 	}
+}
+
+// seedKeyed writes a job of kind sync with a unique key, in a state.
+func seedKeyed(t *testing.T, db *testdb.DB, state, key string) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+INSERT INTO fila_jobs (kind, state, attempts, max_attempts, finished_at, unique_key, run_at)
+VALUES ('sync', $1::text, CASE WHEN $1::text = 'pending' THEN 0 ELSE 2 END, 2,
+        CASE WHEN $1::text <> 'pending' THEN now() END, $2::text, now() + interval '1 hour')
+RETURNING id`, state, key).Scan(&id))
+	return id
+}
+
+// TestJobsRetryReportsHeldUniqueKeys: `fila jobs retry 1 2 3` with one
+// key held by a pending job used to retry none of them and print a raw
+// 23505 naming neither job nor key, by ids and by --state alike.
+func TestJobsRetryReportsHeldUniqueKeys(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	j1, j2, j3 := seedKeyed(t, db, "dead", "acct:1"), seedKeyed(t, db, "dead", "acct:2"), seedKeyed(t, db, "dead", "acct:3")
+	holder := seedKeyed(t, db, "pending", "acct:2")
+	state := func(id int64) string {
+		var s string
+		require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT state FROM fila_jobs WHERE id = $1::bigint", id).Scan(&s))
+		return s
+	}
+
+	out, errOut, code := fila(t, db, "jobs", "retry", fmt.Sprint(j1), fmt.Sprint(j2), fmt.Sprint(j3))
+	require.Equal(t, 1, code, "a job left alone fails the command")
+	require.Equal(t, fmt.Sprintf("job %d: retried (was dead)\njob %d: retried (was dead)\n", j1, j3), out)
+	require.Equal(t, fmt.Sprintf("fila jobs retry: job %d: unique key \"acct:2\" is held by pending job %d\n", j2, holder), errOut)
+	require.Equal(t, "pending", state(j1))
+	require.Equal(t, "dead", state(j2))
+	require.Equal(t, "pending", state(j3))
+
+	out, _, code = fila(t, db, "jobs", "retry", "--json", fmt.Sprint(j2))
+	require.Equal(t, 1, code)
+	var res struct {
+		Changed []any `json:"changed"`
+		Skipped []struct {
+			ID          int64  `json:"id"`
+			Reason      string `json:"reason"`
+			UniqueKey   string `json:"unique_key"`
+			HeldBy      int64  `json:"held_by"`
+			HeldByState string `json:"held_by_state"`
+		} `json:"skipped"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Empty(t, res.Changed)
+	require.Len(t, res.Skipped, 1)
+	require.Equal(t, j2, res.Skipped[0].ID)
+	require.Equal(t, "acct:2", res.Skipped[0].UniqueKey)
+	require.Equal(t, holder, res.Skipped[0].HeldBy)
+	require.Equal(t, "pending", res.Skipped[0].HeldByState)
+
+	// --state dead: the free ones move, the held one is named.
+	j4 := seedKeyed(t, db, "dead", "acct:4")
+	out, errOut, code = fila(t, db, "jobs", "retry", "--state", "dead")
+	require.Equal(t, 1, code)
+	require.Equal(t, fmt.Sprintf("retried 1 dead job: %d\n", j4), out)
+	require.Equal(t, fmt.Sprintf("fila jobs retry: job %d: unique key \"acct:2\" is held by pending job %d\n", j2, holder), errOut)
+	require.Equal(t, "pending", state(j4))
+	out, errOut, code = fila(t, db, "jobs", "retry", "--state", "dead", "--json")
+	require.Equal(t, 1, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Empty(t, res.Changed)
+	require.Equal(t, holder, res.Skipped[0].HeldBy)
+}
+
+// Tags and metadata given to fila enqueue find the job (jobs list --tag,
+// --meta) and are shown by jobs show, with a handler's output.
+func TestTagsMetadataAndOutputOnTheCommandLine(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+	enqueue := func(args ...string) string {
+		out, errOut, code := fila(t, db, append([]string{"enqueue", "--kind", "k", "--allow-unknown-kind"}, args...)...)
+		require.Zero(t, code, errOut)
+		return strings.TrimSpace(out)
+	}
+	tagged := enqueue("--tag", "billing", "--tag", "eu", "--meta", "tenant=acme")
+	enqueue("--tag", "other")
+	_, err := db.Pool.Exec(ctx, `UPDATE fila_jobs SET state = 'completed', finished_at = now(), output = '{"rows": 3}' WHERE id = $1::bigint`, tagged)
+	require.NoError(t, err)
+
+	out, errOut, code := fila(t, db, "jobs", "list", "--tag", "billing", "--json")
+	require.Zero(t, code, errOut)
+	var listed []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Len(t, listed, 1)
+	require.Equal(t, tagged, fmt.Sprint(listed[0]["id"]))
+	out, errOut, code = fila(t, db, "jobs", "list", "--meta", "tenant=acme")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, tagged)
+	out, errOut, code = fila(t, db, "jobs", "list", "--meta", "tenant=zeta")
+	require.Zero(t, code, errOut)
+	require.NotContains(t, out, tagged)
+
+	out, errOut, code = fila(t, db, "jobs", "show", tagged)
+	require.Zero(t, code, errOut)
+	require.Regexp(t, `tags\s+billing, eu`, out)
+	require.Regexp(t, `metadata\s+\{"tenant": "acme"\}`, out)
+	require.Regexp(t, `output\s+\{"rows": 3\}`, out)
+	_, errOut, code = fila(t, db, "enqueue", "--kind", "k", "--allow-unknown-kind", "--meta", "novalue")
+	require.NotZero(t, code)
+	require.Contains(t, errOut, "KEY=VALUE")
+}
+
+// cancel and delete take --state, --kind and --queue as retry does, and
+// report each job the same way; list takes the scheduled and retrying
+// views of pending; show names the worker and how long a running job has
+// run, and shows no lease for a cancelled job.
+func TestJobsByState(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+	p1 := seedState(t, db, "mail", "pending")
+	p2 := seedState(t, db, "mail", "pending")
+	sms := seedState(t, db, "sms", "pending")
+	running := seedState(t, db, "mail", "running")
+	_, err := db.Pool.Exec(ctx, `UPDATE fila_jobs SET worker = 'host/7/beef', started_at = now() - interval '90 seconds' WHERE id = $1`, running)
+	require.NoError(t, err)
+
+	out, errOut, code := fila(t, db, "jobs", "show", fmt.Sprint(running))
+	require.Zero(t, code, errOut)
+	require.Regexp(t, `(?m)^running for\s+1m3\ds$`, out)
+	require.Regexp(t, `(?m)^worker\s+host/7/beef$`, out)
+	require.Regexp(t, `(?m)^lease until\s+\d{4}-`, out)
+
+	out, errOut, code = fila(t, db, "jobs", "cancel", "--state", "pending", "--kind", "mail")
+	require.Zero(t, code, errOut)
+	require.Equal(t, fmt.Sprintf("cancelled 2 pending jobs: %d, %d\n", p1, p2), out)
+	out, errOut, code = fila(t, db, "jobs", "cancel", "--state", "running", "--json")
+	require.Zero(t, code, errOut)
+	var res runtime.ChangeResult
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, []runtime.JobChange{{ID: running, From: "running"}}, res.Changed)
+	out, errOut, code = fila(t, db, "jobs", "cancel", "--state", "running")
+	require.Zero(t, code, errOut)
+	require.Equal(t, "no running jobs to cancel\n", out)
+
+	// A cancelled job shows no lease, and the worker of its last attempt.
+	out, errOut, code = fila(t, db, "jobs", "show", fmt.Sprint(running))
+	require.Zero(t, code, errOut)
+	require.Regexp(t, `(?m)^lease until\s+-$`, out)
+	require.Regexp(t, `(?m)^worker\s+host/7/beef \(its last attempt's\)$`, out)
+	require.NotContains(t, out, "running for")
+	out, errOut, code = fila(t, db, "jobs", "show", "--json", fmt.Sprint(running))
+	require.Zero(t, code, errOut)
+	var shown map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.Nil(t, shown["lease_until"])
+	require.Equal(t, "host/7/beef", shown["worker"])
+
+	out, errOut, code = fila(t, db, "jobs", "delete", "--state", "cancelled", "--kind", "mail")
+	require.Zero(t, code, errOut)
+	require.Equal(t, fmt.Sprintf("deleted 3 cancelled jobs: %d, %d, %d\n", p1, p2, running), out)
+	out, _, _ = fila(t, db, "jobs", "list")
+	require.Equal(t, []string{fmt.Sprint(sms)}, jobIDs(out), "only the sms job is left")
+
+	// The views of pending.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, attempts, run_at, last_error) VALUES
+		('mail', 0, now() + interval '1 hour', NULL), ('mail', 1, now() + interval '1 minute', 'timeout'), ('mail', 1, now() - interval '1 second', 'timeout')`)
+	require.NoError(t, err)
+	ids := func(args ...string) []string {
+		out, errOut, code := fila(t, db, append([]string{"jobs", "list"}, args...)...)
+		require.Zero(t, code, errOut)
+		return jobIDs(out)
+	}
+	require.Len(t, ids("--state", "scheduled"), 2)
+	require.Len(t, ids("--state", "retrying"), 2)
+	require.Len(t, ids("--state", "pending"), 4)
+	_, errOut, code = fila(t, db, "jobs", "list", "--state", "later")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `--state "later" is unknown: use waiting, pending, running, completed, dead, cancelled, scheduled, retrying`)
+	out, errOut, code = fila(t, db, "jobs", "delete", "--state", "scheduled")
+	require.Zero(t, code, errOut)
+	require.Regexp(t, `^deleted 2 scheduled jobs: \d+, \d+\n$`, out)
+	require.Len(t, ids("--state", "pending"), 2)
+}
+
+// jobIDs reads the ids of a `jobs list` table.
+func jobIDs(out string) []string {
+	var ids []string
+	for _, l := range strings.Split(out, "\n")[1:] {
+		if f := strings.Fields(l); len(f) > 0 {
+			ids = append(ids, f[0])
+		}
+	}
+	return ids
 }

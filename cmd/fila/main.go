@@ -14,6 +14,9 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/fila-run/fila/internal/execguard"
 )
 
 // command is one subcommand.
@@ -37,6 +40,11 @@ func register(name, summary string, run func(ctx context.Context, g *globals, ar
 func describeArgs(name, args string) { argsUsage[name] = args }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == execGuardCommand {
+		// Not a command of the list: the worker's own, first, because it is
+		// on the pickup path of every --exec job.
+		os.Exit(execguard.Main())
+	}
 	os.Exit(runIO(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -51,17 +59,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 func runIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("fila", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // a mistake is one line, below; -h the usage
 	g.addFlags(fs)
-	fs.Usage = func() { usage(stderr, fs) }
+	showVersion := fs.Bool("version", false, "print fila's version, and the database's schema version when a DSN is given; the same as fila version")
 	if err := fs.Parse(args); err != nil {
+		fs.SetOutput(stderr)
 		if errors.Is(err, flag.ErrHelp) {
+			usage(stderr, fs)
 			return 0
 		}
+		fmt.Fprintf(stderr, "fila: %v (run fila help)\n", err)
 		return exitUsage
 	}
 	rest := fs.Args()
+	if *showVersion {
+		rest = append([]string{"version"}, rest...)
+	}
 	if len(rest) == 0 {
+		fs.SetOutput(stderr)
 		usage(stderr, fs)
 		return exitUsage
 	}
@@ -83,7 +98,13 @@ func runIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "fila %s: %s\n", g.name, oneLineError(err))
+		errs := []error{err}
+		if list, ok := err.(errorList); ok {
+			errs = list // a configuration's mistakes, one a line
+		}
+		for _, err := range errs {
+			fmt.Fprintf(stderr, "fila %s: %s\n", g.name, oneLineError(err))
+		}
 		return 1
 	}
 }
@@ -91,6 +112,12 @@ func runIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // watchSignals returns a context that the first SIGINT or SIGTERM cancels;
 // the signals after it go to g.laterSignals, for a command (work) to which a
 // second signal means more than the first.
+// hardStopGap is how long after the first SIGTERM/SIGINT another one
+// counts as a second signal, a hard stop: one that comes at the same
+// instant is the same stop, sent to the process and to its group (as
+// `timeout` does), not an operator asking twice.
+const hardStopGap = 100 * time.Millisecond
+
 func (g *globals) watchSignals() (context.Context, func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -105,9 +132,15 @@ func (g *globals) watchSignals() (context.Context, func()) {
 		case <-done:
 			return
 		}
+		first := time.Now()
 		for {
 			select {
 			case s := <-sigs:
+				if time.Since(first) < hardStopGap {
+					// The same stop, delivered twice: `timeout` and a
+					// terminal signal both the process and its group.
+					continue
+				}
 				select {
 				case later <- s:
 				default: // one unread is enough

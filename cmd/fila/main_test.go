@@ -159,7 +159,7 @@ func TestBadInputGetsOneLineErrors(t *testing.T) {
 		{[]string{"--dsn", "postgres://postgres@127.0.0.1:1/nowhere", "stats"}, "cannot reach the database"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"work", "--exec", "noequals"}, "want KIND=COMMAND"},
-		{[]string{"work", "--mode", "smoke"}, `--mode "smoke" is unknown`},
+		{[]string{"work", "--mode", "smoke"}, `--mode: "smoke" is not one of notify, poll, wal`},
 	}
 	for _, c := range cases {
 		out, errOut, code := fila(t, db, c.args...)
@@ -266,10 +266,13 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	db := migrated(t)
 	dir := t.TempDir()
 	runs := filepath.Join(dir, "runs")
-	// The first attempt hangs; later ones finish at once. Each records the
-	// process group its command runs in (field 5 of /proc/self/stat).
-	command := fmt.Sprintf(`echo "$FILA_JOB_ID $FILA_JOB_ATTEMPT $(cut -d' ' -f5 /proc/self/stat)" >> %s; if [ "$FILA_JOB_ATTEMPT" = 1 ]; then sleep 120; fi`, runs)
-	victim := startWorker(t, db, "--lease", "2s", "--exec", "job="+command)
+	// The first attempt hangs, with a grandchild in a session (and process
+	// group) of its own, which does not hold the worker's output open;
+	// later ones finish at once. Each records the process group its
+	// command runs in (field 5 of /proc/self/stat).
+	grandchild := filepath.Join(dir, "grandchild")
+	command := fmt.Sprintf(`echo "$FILA_JOB_ID $FILA_JOB_ATTEMPT $(cut -d' ' -f5 /proc/self/stat)" >> %s; if [ "$FILA_JOB_ATTEMPT" = 1 ]; then setsid sh -c 'echo $$ > %s; exec sleep 120' >/dev/null 2>&1 & sleep 120; fi`, runs, grandchild)
+	victim := startWorker(t, db, "--lease", "5s", "--exec", "job="+command)
 	ctx := context.Background()
 	var other int64
 	waitFor(t, 60*time.Second, "victim registered", func() bool {
@@ -294,17 +297,26 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, victim.Process.Pid, pgid, "the command runs in a process group of its own")
 	require.Positive(t, processesInGroup(t, pgid), "the hung command is running before the kill")
+	grandchildPid := readPids(t, grandchild, 1)
+	require.Len(t, alive(grandchildPid), 1, "the grandchild is running before the kill")
+	// Killed once a heartbeat recorded that it runs the job, so the attempt
+	// counts (the attempt of a worker killed before that is given back).
+	waitFor(t, 30*time.Second, "the victim heartbeated the job", func() bool {
+		var seen bool
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT coalesce(heartbeat_at >= started_at, false) FROM fila_jobs WHERE id = $1::bigint", id).Scan(&seen))
+		return seen
+	})
 	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
 	_ = victim.Wait()
 	killed := time.Now()
 
-	startWorker(t, db, "--lease", "2s", "--exec", "job="+command)
+	startWorker(t, db, "--lease", "5s", "--exec", "job="+command)
 	waitFor(t, 60*time.Second, "job completed by the second worker", func() bool {
 		var s string
 		_ = db.Pool.QueryRow(ctx, "SELECT state FROM fila_jobs WHERE id = $1::bigint", id).Scan(&s)
 		return s == "completed"
 	})
-	t.Logf("completed %.1fs after the kill (lease 2s)", time.Since(killed).Seconds())
+	t.Logf("completed %.1fs after the kill (lease 5s)", time.Since(killed).Seconds())
 	var attempts int
 	var lastErr string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT attempts, coalesce(last_error, '') FROM fila_jobs WHERE id = $1::bigint", id).Scan(&attempts, &lastErr))
@@ -328,6 +340,9 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	// with its worker.
 	waitFor(t, 15*time.Second, "the killed worker's command's process group is gone", func() bool {
 		return processesInGroup(t, pgid) == 0
+	})
+	waitFor(t, 15*time.Second, "the killed worker's command's grandchild in a session of its own is gone", func() bool {
+		return len(alive(grandchildPid)) == 0
 	})
 }
 
@@ -412,11 +427,19 @@ func TestSIGTERMFinishesRunningJobThenSecondSignalCancels(t *testing.T) {
 		return n == 2
 	})
 	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
+	first := time.Now()
+	// The same signal again at once is the same stop (sent to the process
+	// and its group): it must not cancel anything.
+	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
 	waitFor(t, 30*time.Second, "short job finished during the drain", func() bool {
 		var s string
 		_ = db.Pool.QueryRow(ctx, "SELECT state FROM fila_jobs WHERE id = $1::bigint", short).Scan(&s)
 		return s == "completed"
 	})
+	var st string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT state FROM fila_jobs WHERE id = $1::bigint", long).Scan(&st))
+	require.Equal(t, "running", st, "the signal repeated at once cancelled the long job")
+	time.Sleep(time.Until(first.Add(2 * hardStopGap))) // a second signal is one that comes later
 	require.NoError(t, w.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, w.Wait(), "exit status after a graceful then hard stop")
 	var s string

@@ -23,7 +23,7 @@ func init() {
 func runMigrate(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	to := fs.Int("to", migrations.Latest(), fmt.Sprintf("the version to go to, 0 to %d, rolling back when the database is past it", migrations.Latest()))
-	yes := fs.Bool("yes", false, "confirm a rollback to 0, which drops fila_jobs and every job in it, or one that workers seen in the last 10 minutes would not survive")
+	yes := fs.Bool("yes", false, "confirm a rollback to 0, which drops fila_jobs and every job in it, or one that live workers would not survive")
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func runMigrate(ctx context.Context, g *globals, args []string) error {
 	}
 	if current > target {
 		if !*yes {
-			if err := noLiveWorkers(ctx, pool); err != nil {
+			if err := noLiveWorkers(ctx, pool, current); err != nil {
 				return err
 			}
 		}
@@ -85,14 +85,24 @@ func listVersions(vs []int) string {
 	return noun + " " + strings.Join(versions, ", ")
 }
 
-// liveWorkersSQL lists the workers that refreshed their row lately: each
-// does at least every five minutes, and removes it when it stops.
-const liveWorkersSQL = `SELECT id FROM fila_workers WHERE last_seen_at > now() - interval '10 minutes' ORDER BY id`
+// liveWorkersSQL lists the live workers with how long ago each refreshed
+// its row (fila_worker_live, from migration 0020); oldLiveWorkersSQL does
+// for a database before it, whose workers refreshed their rows every five
+// minutes. A worker removes its row when it stops.
+const (
+	liveWorkersSQL    = `SELECT id, extract(epoch FROM now() - last_seen_at)::float8 FROM fila_workers w WHERE fila_worker_live(w) ORDER BY id`
+	oldLiveWorkersSQL = `SELECT id, extract(epoch FROM now() - last_seen_at)::float8 FROM fila_workers WHERE last_seen_at > now() - interval '10 minutes' ORDER BY id`
+	livenessVersion   = 20
+)
 
 // noLiveWorkers refuses a rollback while workers run: the functions they
 // call would go from under them.
-func noLiveWorkers(ctx context.Context, pool *pgxpool.Pool) error {
-	rows, err := pool.Query(ctx, liveWorkersSQL)
+func noLiveWorkers(ctx context.Context, pool *pgxpool.Pool, version int) error {
+	sql := liveWorkersSQL
+	if version < livenessVersion {
+		sql = oldLiveWorkersSQL
+	}
+	rows, err := pool.Query(ctx, sql)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: a version without fila_workers
@@ -100,17 +110,29 @@ func noLiveWorkers(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		return fmt.Errorf("list live workers: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type seen struct {
+		id   string
+		secs float64
+	}
+	live, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (seen, error) {
+		var s seen
+		err := r.Scan(&s.id, &s.secs)
+		return s, err
+	})
 	if err != nil {
 		return fmt.Errorf("list live workers: %w", err)
 	}
-	switch len(ids) {
+	switch len(live) {
 	case 0:
+		return nil
 	case 1:
-		return fmt.Errorf("worker %s was seen in the last 10 minutes: stop it before rolling back, or add --yes if it is gone", ids[0])
-	default:
-		return fmt.Errorf("%d workers were seen in the last 10 minutes (%s): stop them before rolling back, or add --yes if they are gone",
-			len(ids), strings.Join(ids, ", "))
+		return fmt.Errorf("worker %s is live (its row was refreshed %s ago): stop it before rolling back, or add --yes if it is gone",
+			live[0].id, seconds(live[0].secs))
 	}
-	return nil
+	ids := make([]string, len(live))
+	for i, w := range live {
+		ids[i] = w.id
+	}
+	return fmt.Errorf("%d workers are live (%s): stop them before rolling back, or add --yes if they are gone",
+		len(live), strings.Join(ids, ", "))
 }

@@ -4,18 +4,20 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/runtime"
 )
 
 func init() {
-	register("queue", "pause or resume a queue, or list the paused ones: queue pause|resume QUEUE, queue paused", runQueue)
-	describeArgs("queue", "pause|resume QUEUE | paused")
+	register("queue", "pause or resume a queue, or list the paused ones: queue pause [--force] QUEUE, queue resume QUEUE, queue paused", runQueue)
+	describeArgs("queue", "pause [--force] QUEUE | resume QUEUE | paused")
 }
 
 func runQueue(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("queue", flag.ContinueOnError)
+	force := fs.Bool("force", false, "pause a queue no worker has served and no job is pending or running in (ahead of its first job); without it such a name is refused as a likely typo")
 	pos, err := g.parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -39,6 +41,9 @@ func runQueue(ctx context.Context, g *globals, args []string) error {
 	default:
 		return g.usageError("%q is not pause, resume or paused", verb)
 	}
+	if *force && verb != "pause" {
+		return g.usageError("--force is for pause only")
+	}
 	pool, err := g.migratedPool(ctx)
 	if err != nil {
 		return err
@@ -46,6 +51,20 @@ func runQueue(ctx context.Context, g *globals, args []string) error {
 	defer pool.Close()
 	switch verb {
 	case "pause":
+		if !*force {
+			used, err := runtime.QueueInUse(ctx, pool, pos[1])
+			if err != nil {
+				return err
+			}
+			if !used {
+				known, err := runtime.KnownQueues(ctx, pool)
+				if err != nil {
+					return err
+				}
+				return fmt.Errorf("queue %s is not in use: no worker has served it, no job is pending or running in it, and no recurring task enqueues into it (%s); add --force to pause it anyway",
+					pos[1], knownList(known))
+			}
+		}
 		if err := runtime.PauseQueue(ctx, pool, pos[1]); err != nil {
 			return err
 		}
@@ -73,4 +92,15 @@ func runQueue(ctx context.Context, g *globals, args []string) error {
 		}
 	}
 	return nil
+}
+
+// knownList names the known queues for an error, at most ten.
+func knownList(known []string) string {
+	switch {
+	case len(known) == 0:
+		return "no queue is known yet"
+	case len(known) > 10:
+		return fmt.Sprintf("known queues: %s, and %d more", strings.Join(known[:10], ", "), len(known)-10)
+	}
+	return "known queues: " + strings.Join(known, ", ")
 }

@@ -24,18 +24,6 @@ const readyTimeout = 2 * time.Second
 // once the worker has stopped.
 const serverShutdownTimeout = 5 * time.Second
 
-// checkAddr refuses an address that cannot be listened on for its form, so
-// the mistake is named before anything starts.
-func checkAddr(flagName, addr string) error {
-	if addr == "" {
-		return nil
-	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("--%s %q: want HOST:PORT such as 127.0.0.1:9090 or :9090", flagName, addr)
-	}
-	return nil
-}
-
 // endpoints are fila work's HTTP servers: /metrics on --metrics-addr,
 // /livez and /readyz on --health-addr; one server when both are the same.
 type endpoints struct {
@@ -47,8 +35,9 @@ type endpoints struct {
 // serveEndpoints listens on the addresses given (none when both are empty)
 // and serves until shutdown; /readyz answers what ready says (every
 // runtime of the process works as configured). An address that cannot be
-// listened on is an error naming its flag; nothing is left listening then.
-func serveEndpoints(metricsAddr, healthAddr string, m *metrics.Metrics, ready func(context.Context) error, log *zap.Logger) (*endpoints, error) {
+// listened on is an error naming its setting as names does; nothing is
+// left listening then.
+func serveEndpoints(metricsAddr, healthAddr string, names func(keys ...string) string, m *metrics.Metrics, ready func(context.Context) error, log *zap.Logger) (*endpoints, error) {
 	log = log.Named("http")
 	e := &endpoints{done: make(chan struct{}), log: log}
 	muxes := map[string]*http.ServeMux{}
@@ -91,14 +80,14 @@ func serveEndpoints(metricsAddr, healthAddr string, m *metrics.Metrics, ready fu
 			for _, l := range listeners {
 				_ = l.Close()
 			}
-			flags := "--metrics-addr"
-			switch {
-			case addr == metricsAddr && addr == healthAddr:
-				flags = "--metrics-addr and --health-addr"
-			case addr == healthAddr:
-				flags = "--health-addr"
+			var keys []string
+			if addr == metricsAddr {
+				keys = append(keys, "metrics_addr")
 			}
-			return nil, fmt.Errorf("%s %s: cannot listen: %w", flags, addr, err)
+			if addr == healthAddr {
+				keys = append(keys, "health_addr")
+			}
+			return nil, fmt.Errorf("%s %s: cannot listen: %w", names(keys...), addr, err)
 		}
 		listeners = append(listeners, ln)
 	}

@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
+	"github.com/fila-run/fila/internal/duration"
 	"github.com/fila-run/fila/internal/stats"
 )
 
@@ -27,8 +29,13 @@ func runStats(ctx context.Context, g *globals, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON (lists are [] when empty)")
 	check := fs.Bool("check", false, "compare with the --max-* thresholds: print one line per breached threshold and exit 1, or one line starting with \"ok:\" and exit 0")
 	maxDead := fs.Int64("max-dead", 0, "with --check: most dead jobs (all kinds together) still fine")
-	maxOldest := fs.Duration("max-oldest", 0, "with --check: longest the oldest runnable job of any queue may have waited, e.g. 60s")
+	maxOldest := new(time.Duration)
+	durationVar(fs, maxOldest, "max-oldest", 0, "with --check: longest the oldest runnable job of any queue may have waited, e.g. 60s; paused queues are left out (see --max-paused)")
 	maxNotify := fs.Float64("max-notify-queue", 0, "with --check: highest notification queue usage still fine, from 0 to 1")
+	maxUnhandled := fs.Int64("max-unhandled", 0, "with --check: most pending jobs still fine that no live worker of their queue handles (all kinds together), e.g. 0")
+	maxOrphaned := fs.Int64("max-orphaned-tasks", 0, "with --check: most recurring tasks still fine that no live worker schedules, e.g. 0")
+	maxPaused := new(time.Duration)
+	durationVar(fs, maxPaused, "max-paused", 0, "with --check: longest any queue may have been paused, e.g. 1h")
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
@@ -51,12 +58,27 @@ func runStats(ctx context.Context, g *globals, args []string) error {
 			if *maxNotify < 0 || *maxNotify > 1 {
 				badFlag = fmt.Sprintf("--max-notify-queue %g is out of range: a share of the queue, from 0 to 1", *maxNotify)
 			}
+		case "max-unhandled":
+			th.MaxUnhandled = maxUnhandled
+			if *maxUnhandled < 0 {
+				badFlag = fmt.Sprintf("--max-unhandled %d is negative", *maxUnhandled)
+			}
+		case "max-orphaned-tasks":
+			th.MaxOrphanedTasks = maxOrphaned
+			if *maxOrphaned < 0 {
+				badFlag = fmt.Sprintf("--max-orphaned-tasks %d is negative", *maxOrphaned)
+			}
+		case "max-paused":
+			th.MaxPaused = maxPaused
+			if *maxPaused < 0 {
+				badFlag = fmt.Sprintf("--max-paused %s is negative", *maxPaused)
+			}
 		}
 	})
 	switch {
 	case badFlag != "":
 	case *check && th.Empty():
-		badFlag = "--check needs at least one of --max-dead, --max-oldest, --max-notify-queue"
+		badFlag = "--check needs at least one of --max-dead, --max-oldest, --max-notify-queue, --max-unhandled, --max-orphaned-tasks, --max-paused"
 	case !*check && !th.Empty():
 		badFlag = "the --max-* thresholds apply only with --check"
 	}
@@ -118,28 +140,40 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 	if len(s.Warnings) > 0 {
 		fmt.Fprintln(w, "\nWarnings")
 		for _, m := range s.Warnings {
-			fmt.Fprintf(w, "  ! %s\n", oneLine(m, 400))
+			fmt.Fprintf(w, "  ! %s\n", termLine(oneLine(m, 400)))
 		}
 	}
 
 	fmt.Fprintln(w, "\nQueues")
-	if len(s.Queues) == 0 {
-		fmt.Fprintln(w, "  (no pending or running jobs)")
+	paused := s.Paused()
+	if len(s.Queues) == len(paused) {
+		fmt.Fprintln(w, "  (no pending or running jobs outside paused queues)")
 	} else {
-		fmt.Fprintln(tw, "queue\trunnable\tscheduled\toldest runnable waited\trunning\tpast lease\tpaused\t")
-		var paused []string
+		fmt.Fprintln(tw, "queue\trunnable\tscheduled\toldest runnable waited\trunning\tpast lease\twaiting\tblocked\t")
 		for _, q := range s.Queues {
-			mark := "no"
-			if q.Paused {
-				mark = "yes"
-				paused = append(paused, q.Queue)
+			if !q.Paused {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t\n", termLine(q.Queue), q.Runnable, q.Scheduled,
+					seconds(q.OldestRunnableSeconds), q.Running, q.ExpiredLeases, q.Waiting, q.Blocked)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%s\t\n", q.Queue, q.Runnable, q.Scheduled,
-				seconds(q.OldestRunnableSeconds), q.Running, q.ExpiredLeases, mark)
+		}
+		tw.Flush()
+	}
+	if len(s.Blocked) > 0 {
+		fmt.Fprintln(w, "\nBlocked sequences (the job before the next one is dead: retry or delete it to go on)")
+		for _, b := range s.Blocked {
+			fmt.Fprintf(w, "  sequence %s: job %d waits behind dead job %d (queue %s)\n", termLine(b.Sequence), b.NextJob, b.DeadJob, termLine(b.Queue))
+		}
+	}
+	if len(paused) > 0 {
+		fmt.Fprintln(w, "\nPaused queues (their pending jobs wait on purpose; --check --max-oldest leaves them out)")
+		fmt.Fprintln(tw, "queue\tpaused for\trunnable\tscheduled\toldest runnable waited\trunning\t")
+		for _, q := range paused {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t\n", termLine(q.Queue), seconds(math.Round(q.PausedSeconds)), q.Runnable, q.Scheduled,
+				seconds(q.OldestRunnableSeconds), q.Running)
 		}
 		tw.Flush()
 		for _, q := range paused {
-			fmt.Fprintf(w, "  queue %s is paused: its pending jobs wait until `fila queue resume %s`\n", q, q)
+			fmt.Fprintf(w, "  queue %s: its pending jobs wait until `fila queue resume %s`\n", termLine(q.Queue), termLine(q.Queue))
 		}
 	}
 
@@ -159,7 +193,7 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 	if len(r.Kinds) > 0 {
 		fmt.Fprintln(tw, "kind\tjobs\tper s\twith start time\tp50 ms\tp95 ms\t")
 		for _, k := range r.Kinds {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t\n", oneLine(k.Kind, 60), k.Jobs, rate(k.PerSecond), k.Timed, millis(k.P50Ms), millis(k.P95Ms))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t\n", termLine(oneLine(k.Kind, 60)), k.Jobs, rate(k.PerSecond), k.Timed, millis(k.P50Ms), millis(k.P95Ms))
 		}
 		tw.Flush()
 	}
@@ -175,9 +209,9 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 				last = seconds(s.At.Sub(*d.LastAt).Seconds()) + " ago"
 			}
 			if d.LastError != "" {
-				lastErr = oneLine(d.LastError, 70)
+				lastErr = termLine(oneLine(d.LastError, 70))
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", oneLine(d.Kind, 60), d.Dead, last, lastErr)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", termLine(oneLine(d.Kind, 60)), d.Dead, last, lastErr)
 		}
 		tw.Flush()
 	}
@@ -186,19 +220,19 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 
 	fmt.Fprintf(w, "\nWorkers: %d live", len(s.Workers))
 	if s.GoneWorkers > 0 {
-		fmt.Fprintf(w, ", %d gone (not seen for %s)", s.GoneWorkers, stats.WorkerGoneAfter)
+		fmt.Fprintf(w, ", %d gone (missed %d refreshes of their row: killed, frozen or cut off)", s.GoneWorkers, stats.LivenessMissed)
 	}
 	fmt.Fprintln(w)
 	if len(s.Workers) > 0 {
 		fmt.Fprintln(tw, "id\thost\tpid\tmode\twake source\tqueues\tlast seen\t")
 		for _, wk := range s.Workers {
 			seen := seconds(wk.LastSeenSeconds) + " ago"
-			wake := wk.WakeSource
+			wake := oneLine(wk.WakeSource, 20)
 			if wk.WakeError != "" {
 				wake += ": " + oneLine(wk.WakeError, 60)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", oneLine(wk.ID, 40), oneLine(wk.Host, 40), wk.PID, wk.Mode,
-				wake, oneLine(strings.Join(wk.Queues, ","), 40), seen)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", termLine(oneLine(wk.ID, 40)), termLine(oneLine(wk.Host, 40)), wk.PID,
+				termLine(oneLine(wk.Mode, 20)), termLine(wake), termLine(oneLine(strings.Join(wk.Queues, ","), 40)), seen)
 		}
 		tw.Flush()
 	}
@@ -211,9 +245,10 @@ func printStats(w io.Writer, s *stats.Snapshot) {
 	fmt.Fprintf(w, "Notification queue usage: %.4f%%\n", s.NotificationQueueUsage*100)
 }
 
-// seconds shows a span of seconds as a duration to the millisecond.
+// seconds shows a span of seconds as every duration of the command line
+// is shown (duration.Format).
 func seconds(s float64) string {
-	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+	return duration.Format(time.Duration(s * float64(time.Second)))
 }
 
 // rate shows jobs per second: hundredths while few, whole jobs past ten.

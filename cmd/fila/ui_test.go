@@ -98,14 +98,14 @@ func TestUIServesUntilSIGTERM(t *testing.T) {
 	require.NoError(t, w.cmd.Wait(), "a SIGTERM stops fila ui cleanly")
 	require.Contains(t, w.stderr.String(), "dashboard stopping")
 
-	// The token from the environment allows actions.
-	base, w = startUI(t, db, []string{"FILA_UI_ADMIN_TOKEN=env-token"})
+	// The token from the environment allows actions; reading needs it too.
+	base, w = startUI(t, db, []string{"FILA_UI_ADMIN_TOKEN=env-token-long-enough"})
 	code, body = httpGet(t, base+"/dead")
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, "Log in to act")
+	require.Contains(t, body, `id="token"`, "sent to the login form")
 	code, _ = httpPost(t, base+"/actions/jobs", retry, "wrong")
 	require.Equal(t, http.StatusForbidden, code)
-	code, body = httpPost(t, base+"/actions/jobs", retry, "env-token")
+	code, body = httpPost(t, base+"/actions/jobs", retry, "env-token-long-enough")
 	require.Equal(t, http.StatusOK, code, body)
 	job, err := runtime.GetJob(context.Background(), db.Pool, id)
 	require.NoError(t, err)
@@ -114,11 +114,59 @@ func TestUIServesUntilSIGTERM(t *testing.T) {
 	require.NoError(t, w.cmd.Wait())
 
 	// --admin-token wins over the environment.
-	base, w = startUI(t, db, []string{"FILA_UI_ADMIN_TOKEN=env-token"}, "--admin-token", "flag-token")
-	code, _ = httpPost(t, base+"/actions/queues", url.Values{"op": {"pause"}, "queue": {"default"}}, "env-token")
+	base, w = startUI(t, db, []string{"FILA_UI_ADMIN_TOKEN=env-token-long-enough"}, "--admin-token", "flag-token-long-enough")
+	code, _ = httpPost(t, base+"/actions/queues", url.Values{"op": {"pause"}, "queue": {"default"}}, "env-token-long-enough")
 	require.Equal(t, http.StatusForbidden, code)
-	code, _ = httpPost(t, base+"/actions/queues", url.Values{"op": {"pause"}, "queue": {"default"}}, "flag-token")
+	code, _ = httpPost(t, base+"/actions/queues", url.Values{"op": {"pause"}, "queue": {"default"}}, "flag-token-long-enough")
 	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.cmd.Wait())
+}
+
+// TestUIAccessFlags: --read-token reads and acts on nothing, --public-read
+// opens the pages, and a token too short is refused at start naming the
+// flag or the variable it came from.
+func TestUIAccessFlags(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	id := seedState(t, db, "charge", "dead")
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"--admin-token", "x"}, "--admin-token: the token is 1 character long: at least 16 are needed"},
+		{nil, []string{"--read-token", "fifteen-chars!!"}, "--read-token: the token is 15 characters long: at least 16 are needed"},
+		{[]string{"FILA_UI_ADMIN_TOKEN=short"}, nil, "$FILA_UI_ADMIN_TOKEN: the token is 5 characters long"},
+		{[]string{"FILA_UI_READ_TOKEN=the-same-long-token"}, []string{"--admin-token", "the-same-long-token"},
+			"$FILA_UI_READ_TOKEN is the same token as --admin-token"},
+		{nil, []string{"--public-read=false"}, "--public-read=false needs a token to log in with"},
+	} {
+		cmd := filaCmd(db, append([]string{"ui", "--addr", "127.0.0.1:0"}, c.args...)...)
+		cmd.Env = append(cmd.Env, c.env...)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%v %v", c.env, c.args)
+		require.Contains(t, string(out), c.want)
+		require.Equal(t, 1, strings.Count(string(out), "\n"), "one line: %s", out)
+	}
+
+	const reader = "a-read-token-long-enough"
+	base, w := startUI(t, db, nil, "--read-token", reader)
+	req, _ := http.NewRequest(http.MethodGet, base+fmt.Sprintf("/jobs/%d", id), nil)
+	req.Header.Set("Authorization", "Bearer "+reader)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	code, _ := httpPost(t, base+"/actions/jobs", url.Values{"op": {"retry"}, "id": {fmt.Sprint(id)}}, reader)
+	require.Equal(t, http.StatusForbidden, code)
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w.cmd.Wait())
+
+	base, w = startUI(t, db, nil, "--admin-token", "an-admin-token-long-enough", "--public-read")
+	code, body := httpGet(t, base+fmt.Sprintf("/jobs/%d", id))
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `id="state"`, "--public-read: the job's page without a login")
 	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, w.cmd.Wait())
 }

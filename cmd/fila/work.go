@@ -8,14 +8,12 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/runtime"
 	"github.com/fila-run/fila/runtime/metrics"
@@ -25,213 +23,56 @@ func init() {
 	register("work", "run jobs until SIGTERM (Go built-ins, or any program via --exec KIND=COMMAND)", runWork)
 }
 
-// multiFlag collects a repeatable flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
-// workFlags are work's own flags. On the command line a value is what it
-// says: every default is spelled out in -h, and zero is never a stand-in
-// for it (runtime.Config's "zero means default" is for Go callers).
-type workFlags struct {
-	config                      string
-	checkOnly                   bool
-	queues, execs, timeouts     multiFlag
-	limits                      multiFlag
-	concurrency, maxConcurrency int
-	mode                        string
-	lease, safety               time.Duration
-	pollMin, pollMax            time.Duration
-	shutdown, retention         time.Duration
-	metricsAddr, healthAddr     string
-	uiAddr, adminToken          string
-
-	// Set by check from --queue QUEUE[=N].
-	queueNames       []string
-	queueConcurrency map[string]int
-}
-
-func (f *workFlags) add(fs *flag.FlagSet) {
-	fs.StringVar(&f.config, "config", "", "run the worker groups, recurring tasks and endpoints the YAML `FILE` declares (see docs/fila.example.yaml), in place of the other work flags")
-	fs.BoolVar(&f.checkOnly, "check", false, "with --config: check the file, print the groups it declares, and exit without connecting")
-	fs.Var(&f.queues, "queue", "queue to work, as QUEUE, or QUEUE=N to run up to N of its jobs at once instead of --concurrency (repeatable; default: default)")
-	fs.Var(&f.execs, "exec", "KIND=COMMAND: run COMMAND with sh -c for each job of KIND; payload on stdin, its stdout goes to this worker's stdout, the tail of its stderr becomes the job's error; exit 0 completes, "+fmt.Sprint(ExitPermanent)+" fails permanently, anything else retries (repeatable, one per kind)")
-	fs.Var(&f.timeouts, "timeout", "KIND=DURATION: cancel a job of KIND after this long (repeatable, one per kind)")
-	fs.Var(&f.limits, "limit", "KIND=N[:PATH]: run at most N jobs of KIND at once across every worker, per value of the payload's dotted PATH (such as account.id), or for the whole kind without one; every worker of KIND must give the same (repeatable, one per kind)")
-	fs.IntVar(&f.concurrency, "concurrency", runtime.ConcurrencyDefault, fmt.Sprintf("handlers running at once in each queue not given its own by --queue QUEUE=N, 1 to %d", runtime.ConcurrencyMax))
-	fs.IntVar(&f.maxConcurrency, "max-concurrency", 0, fmt.Sprintf("cap on handlers running at once across all queues, which take free slots in turn; 0 is no cap beyond each queue's own (at most %d per queue)", runtime.ConcurrencyMax))
-	fs.StringVar(&f.mode, "mode", string(runtime.ModeNotify), "how workers learn of new jobs: notify, poll or wal")
-	fs.DurationVar(&f.lease, "lease", runtime.LeaseDefault, fmt.Sprintf("lease of a claimed job, kept alive by heartbeats; a crashed worker's job runs again after this (%s to %s)", runtime.LeaseMin, runtime.LeaseMax))
-	fs.DurationVar(&f.safety, "safety-poll", runtime.SafetyPollDefault, fmt.Sprintf("safety poll interval while the wake source is healthy (%s to %s)", runtime.SafetyPollMin, runtime.SafetyPollMax))
-	fs.DurationVar(&f.pollMin, "poll-min", runtime.PollMinDefault, "poll mode: interval while work flows (above 0)")
-	fs.DurationVar(&f.pollMax, "poll-max", runtime.PollMaxDefault, "poll mode: idle backoff cap (at least --poll-min)")
-	fs.DurationVar(&f.shutdown, "shutdown-timeout", shutdownTimeoutDefault, "on SIGTERM, let running jobs finish for this long, then cancel them; 0 cancels them at once (a second signal also does)")
-	fs.DurationVar(&f.retention, "retention", runtime.RetentionDefault, "delete completed jobs older than this; negative keeps them")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus metrics on, at /metrics (default: none)")
-	fs.StringVar(&f.healthAddr, "health-addr", "", "HOST:PORT to serve /livez (the process is alive) and /readyz (the database answers and the wake source is up; 503 with the reason if not) on; may equal --metrics-addr (default: none)")
-	fs.StringVar(&f.uiAddr, "ui-addr", "", "HOST:PORT to serve the web dashboard on, as fila ui does (default: none)")
-	fs.StringVar(&f.adminToken, "admin-token", "", uiTokenUsage)
-}
-
 // flagsBesideConfig are the flags --config leaves to the command line: the
 // connections (when the file sets none) and how to log.
 var flagsBesideConfig = []string{"config", "check", "dsn", "listen-dsn", "log-level", "log-format"}
 
-// check refuses values out of range with the flag's name, before
-// runtime.Config could read a zero as its default or adjust one quietly.
-func (f *workFlags) check() error {
-	if f.checkOnly {
-		return errors.New("--check checks a configuration file: give it with --config")
-	}
-	f.queueNames, f.queueConcurrency = nil, map[string]int{}
-	for _, arg := range f.queues {
-		q, n, given := strings.Cut(arg, "=")
-		if err := channel.ValidateQueue(q); err != nil {
-			return fmt.Errorf("--queue: %w", err)
-		}
-		if slices.Contains(f.queueNames, q) {
-			return fmt.Errorf("--queue %s is given twice", q)
-		}
-		f.queueNames = append(f.queueNames, q)
-		if !given {
-			continue
-		}
-		c, err := strconv.Atoi(strings.TrimSpace(n))
-		if err != nil {
-			return fmt.Errorf("--queue %q: want QUEUE or QUEUE=N, N the jobs of QUEUE run at once, such as mail=5", arg)
-		}
-		if c < 1 || c > runtime.ConcurrencyMax {
-			return fmt.Errorf("--queue %s: concurrency %d out of range: allowed 1 to %d", arg, c, runtime.ConcurrencyMax)
-		}
-		f.queueConcurrency[q] = c
-	}
-	if maxTotal := runtime.ConcurrencyMax * max(1, len(f.queueNames)); f.maxConcurrency < 0 || f.maxConcurrency > maxTotal {
-		return fmt.Errorf("--max-concurrency %d out of range: allowed 0 (no cap) to %d", f.maxConcurrency, maxTotal)
-	}
-	if err := checkAddr("metrics-addr", f.metricsAddr); err != nil {
-		return err
-	}
-	if err := checkAddr("health-addr", f.healthAddr); err != nil {
-		return err
-	}
-	if f.uiAddr != "" {
-		if err := checkUIAddr("--ui-addr", f.uiAddr); err != nil {
-			return err
-		}
-	} else if f.adminToken != "" {
-		return errors.New("--admin-token protects the dashboard: give --ui-addr too")
-	}
-	switch runtime.Mode(f.mode) {
-	case runtime.ModeNotify, runtime.ModePoll, runtime.ModeWAL:
-	default:
-		return fmt.Errorf("--mode %q is unknown: use notify, poll or wal", f.mode)
-	}
-	switch {
-	case f.concurrency < 1 || f.concurrency > runtime.ConcurrencyMax:
-		return fmt.Errorf("--concurrency %d out of range: allowed 1 to %d", f.concurrency, runtime.ConcurrencyMax)
-	case f.lease < runtime.LeaseMin || f.lease > runtime.LeaseMax:
-		return fmt.Errorf("--lease %s out of range: allowed %s to %s", f.lease, runtime.LeaseMin, runtime.LeaseMax)
-	case f.safety < runtime.SafetyPollMin || f.safety > runtime.SafetyPollMax:
-		return fmt.Errorf("--safety-poll %s out of range: allowed %s to %s", f.safety, runtime.SafetyPollMin, runtime.SafetyPollMax)
-	case f.pollMin <= 0:
-		return fmt.Errorf("--poll-min %s: must be above 0", f.pollMin)
-	case f.pollMax < f.pollMin:
-		return fmt.Errorf("--poll-max %s is below --poll-min %s", f.pollMax, f.pollMin)
-	case f.shutdown < 0:
-		return fmt.Errorf("--shutdown-timeout %s is negative: 0 cancels running jobs at once", f.shutdown)
-	case f.retention == 0:
-		return errors.New("--retention 0: give how long to keep completed jobs, or a negative duration to keep them")
-	}
-	return nil
-}
-
+// runWork runs `fila work`: one worker group from its flags, or the groups
+// of a configuration file. Both are read into one model and checked by one
+// validation (see config.go) before anything connects.
 func runWork(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("work", flag.ContinueOnError)
-	var f workFlags
-	f.add(fs)
+	path := fs.String("config", "", "run the worker groups, recurring tasks and endpoints the YAML `FILE` declares (see docs/fila.example.yaml), in place of the other work flags")
+	checkOnly := fs.Bool("check", false, "with --config: check the file, print the groups it declares, and exit without connecting")
+	flags := addSettingFlags(fs)
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
-	if f.config != "" {
-		return runWorkFile(ctx, g, fs, f.config, f.checkOnly)
+	var w *workConfig
+	var err error
+	if *path != "" {
+		var conflict string
+		fs.Visit(func(fl *flag.Flag) {
+			if conflict == "" && !slices.Contains(flagsBesideConfig, fl.Name) {
+				conflict = fl.Name
+			}
+		})
+		if conflict != "" {
+			return fmt.Errorf("--%s cannot be combined with --config: the file declares the workers; set it there", conflict)
+		}
+		w, err = loadWorkFile(*path, os.LookupEnv)
+	} else if *checkOnly {
+		return errors.New("--check checks a configuration file: give it with --config")
+	} else {
+		w, err = readFlags(flags)
 	}
-	if err := f.check(); err != nil {
-		return err
-	}
-	kinds, err := buildKinds(f.execs, f.timeouts, f.limits, g.stdout)
 	if err != nil {
 		return err
 	}
-	return g.runProcess(ctx, &workProcess{
-		dsn: g.mainDSN(),
-		groups: []groupPlan{{cfg: runtime.Config{
-			DSN: g.mainDSN(), ListenDSN: g.listenerDSN(), Queues: f.queueNames, Kinds: kinds,
-			Concurrency: f.concurrency, QueueConcurrency: f.queueConcurrency, MaxConcurrency: f.maxConcurrency,
-			Mode: runtime.Mode(f.mode), Lease: f.lease,
-			SafetyPoll: f.safety, PollMin: f.pollMin, PollMax: f.pollMax,
-			Retention: f.retention,
-		}}},
-		shutdown:    f.shutdown,
-		metricsAddr: f.metricsAddr, healthAddr: f.healthAddr,
-		uiAddr: f.uiAddr, uiToken: f.adminToken, uiSetting: "--ui-addr",
-	})
-}
-
-// runWorkFile runs `fila work --config FILE`: the flags of a single runtime
-// are refused, as the file declares the workers.
-func runWorkFile(ctx context.Context, g *globals, fs *flag.FlagSet, path string, checkOnly bool) error {
-	var conflict string
-	fs.Visit(func(fl *flag.Flag) {
-		if conflict == "" && !slices.Contains(flagsBesideConfig, fl.Name) {
-			conflict = fl.Name
-		}
-	})
-	if conflict != "" {
-		return fmt.Errorf("--%s cannot be combined with --config: the file declares the workers; set it there", conflict)
-	}
-	wf, err := loadWorkFile(path, os.LookupEnv)
+	p, err := w.process(g, g.stdout)
 	if err != nil {
 		return err
 	}
-	// A connection the file sets is not also given on the command line:
-	// which one wins would be a guess.
-	dsn, listenDSN := g.mainDSN(), g.listenerDSN()
-	if wf.dsn != "" {
-		if g.dsn != "" {
-			return fmt.Errorf("--dsn cannot be combined with a configuration file that sets dsn (%s)", path)
+	if p.uiAddr != "" {
+		// Tokens from the environment too: a token too short, or the same
+		// for readers as for admins, is refused by --check and before
+		// anything starts.
+		if err := p.uiAccess.resolve(os.LookupEnv); err != nil {
+			return err
 		}
-		dsn, listenDSN = wf.dsn, wf.dsn
 	}
-	if wf.listenDSN != "" {
-		if g.listenDSN != "" {
-			return fmt.Errorf("--listen-dsn cannot be combined with a configuration file that sets listen_dsn (%s)", path)
-		}
-		listenDSN = wf.listenDSN
-	}
-	p := &workProcess{
-		dsn:         dsn,
-		shutdown:    wf.shutdown,
-		metricsAddr: wf.metricsAddr, healthAddr: wf.healthAddr,
-		uiAddr: wf.uiAddr, uiToken: wf.uiToken, uiSetting: path + ": ui_addr",
-	}
-	for _, gs := range wf.groups {
-		cfg := gs.cfg
-		cfg.DSN, cfg.ListenDSN = dsn, listenDSN
-		if gs.dsn != "" {
-			cfg.DSN, cfg.ListenDSN = gs.dsn, gs.dsn
-		}
-		if gs.listenDSN != "" {
-			cfg.ListenDSN = gs.listenDSN
-		}
-		if cfg.DSN == "" {
-			return gs.at.errorf("group %s has no database: set dsn in the file (as ${FILA_DSN}), or give --dsn, $FILA_DSN or $DATABASE_URL", gs.name)
-		}
-		cfg.Kinds = execKinds(gs.execs, g.stdout)
-		p.groups = append(p.groups, groupPlan{name: gs.name, cfg: cfg, at: &gs.at})
-	}
-	if checkOnly {
-		return g.checkProcess(p, path)
+	if *checkOnly {
+		return g.checkProcess(p, *path)
 	}
 	for _, t := range p.unhandledTasks() {
 		g.log().Warn("no group of this file handles a recurring task's kind on its queue: another worker must",
@@ -268,8 +109,13 @@ type workProcess struct {
 	shutdown time.Duration
 
 	metricsAddr, healthAddr string
-	uiAddr, uiToken         string
-	uiSetting               string // names ui_addr or --ui-addr in errors
+	uiAddr                  string
+	uiAccess                uiAccess
+	// otel traces every group's attempts (see otel.go).
+	otel bool
+	// names says how the user calls settings by their keys in errors:
+	// --ui-addr, or fila.yaml: ui_addr.
+	names func(keys ...string) string
 }
 
 // groupPlan is a runtime to build: its name ("" without --config), its
@@ -281,10 +127,11 @@ type groupPlan struct {
 }
 
 // newRuntimes builds every group's runtime; an error names the group.
-func (p *workProcess) newRuntimes(log *zap.Logger, observer runtime.Observer) ([]group, error) {
+func (p *workProcess) newRuntimes(log *zap.Logger, observer runtime.Observer, middleware ...runtime.Middleware) ([]group, error) {
 	groups := make([]group, 0, len(p.groups))
 	for _, gp := range p.groups {
 		cfg := gp.cfg
+		cfg.Middleware = append(slices.Clone(middleware), cfg.Middleware...)
 		cfg.Logger = log
 		if gp.name != "" {
 			cfg.Logger = log.With(zap.String("group", gp.name))
@@ -362,7 +209,17 @@ func (g *globals) runProcess(ctx context.Context, p *workProcess) error {
 	if m != nil {
 		observer = m
 	}
-	groups, err := p.newRuntimes(log, observer)
+	var middleware []runtime.Middleware
+	if p.otel {
+		mw, shutdown, err := startTracing(ctx, g.stdout)
+		if err != nil {
+			return err
+		}
+		// Spans still buffered are sent once every group has stopped.
+		defer shutdown(log)
+		middleware = append(middleware, mw)
+	}
+	groups, err := p.newRuntimes(log, observer, middleware...)
 	if err != nil {
 		return err
 	}
@@ -372,7 +229,7 @@ func (g *globals) runProcess(ctx context.Context, p *workProcess) error {
 		}
 	}
 	if p.metricsAddr != "" || p.healthAddr != "" {
-		e, err := serveEndpoints(p.metricsAddr, p.healthAddr, m, readiness(groups), log)
+		e, err := serveEndpoints(p.metricsAddr, p.healthAddr, p.names, m, readiness(groups), log)
 		if err != nil {
 			return err
 		}
@@ -387,7 +244,7 @@ func (g *globals) runProcess(ctx context.Context, p *workProcess) error {
 		defer uiPool.Close()
 		uiCtx, stopUI := context.WithCancel(context.Background())
 		defer stopUI()
-		wait, err := startDashboard(uiCtx, p.uiSetting, p.uiAddr, p.uiToken, uiPool, log)
+		wait, err := startDashboard(uiCtx, p.names("ui_addr"), p.uiAddr, p.uiAccess, uiPool, log)
 		if err != nil {
 			return err
 		}
@@ -433,86 +290,13 @@ func newSmallPool(dsn string, conns int32) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// buildKinds turns the flags into handlers, beside the built-in demo kinds.
-// A kind given twice, or a built-in given again, is refused: the runtime's
-// Go API refuses duplicates too, and "the last one wins" hides a typo.
-func buildKinds(execs, timeouts, limits multiFlag, stdout io.Writer) ([]runtime.Kind, error) {
-	kinds := builtinKinds()
-	index := map[string]int{}
-	for i, k := range kinds {
-		index[k.Name] = i
-	}
-	for _, e := range execs {
-		name, command, ok := strings.Cut(e, "=")
-		if !ok || strings.TrimSpace(command) == "" {
-			return nil, fmt.Errorf("--exec %q: want KIND=COMMAND", e)
-		}
-		if err := runtime.ValidateKind(name); err != nil {
-			return nil, fmt.Errorf("--exec %q: %w", e, err)
-		}
-		if i, dup := index[name]; dup {
-			if i < len(builtinKindNames()) {
-				return nil, fmt.Errorf("--exec %q: %s is a built-in kind; choose another name", e, name)
-			}
-			return nil, fmt.Errorf("--exec: kind %s is given twice", name)
-		}
-		index[name] = len(kinds)
-		kinds = append(kinds, runtime.Kind{Name: name, Handler: execHandler(command, stdout)})
-	}
-	// kindOf finds the kind a --timeout or --limit names, once each.
-	kindOf := func(flagName, arg, name string, given map[string]bool) (*runtime.Kind, error) {
-		i, found := index[name]
-		if !found {
-			return nil, fmt.Errorf("--%s %q: no kind %q is handled (add --exec %s=COMMAND)", flagName, arg, name, name)
-		}
-		if given[name] {
-			return nil, fmt.Errorf("--%s: kind %s is given twice", flagName, name)
-		}
-		given[name] = true
-		return &kinds[i], nil
-	}
-	timed := map[string]bool{}
-	for _, t := range timeouts {
-		name, ds, ok := strings.Cut(t, "=")
-		d, err := time.ParseDuration(strings.TrimSpace(ds))
-		if !ok || err != nil || d <= 0 {
-			return nil, fmt.Errorf("--timeout %q: want KIND=DURATION such as resize=30s", t)
-		}
-		k, err := kindOf("timeout", t, name, timed)
-		if err != nil {
-			return nil, err
-		}
-		k.Timeout = d
-	}
-	limited := map[string]bool{}
-	for _, l := range limits {
-		name, spec, ok := strings.Cut(l, "=")
-		n, path, _ := strings.Cut(spec, ":")
-		max, err := strconv.Atoi(strings.TrimSpace(n))
-		if !ok || err != nil {
-			return nil, fmt.Errorf("--limit %q: want KIND=N or KIND=N:PATH such as charge=2:account.id", l)
-		}
-		if max < 1 || max > limitMaxMax {
-			return nil, fmt.Errorf("--limit %s: %d out of range: allowed 1 to %d", l, max, limitMaxMax)
-		}
-		if err := checkLimitKey(path); path != "" && err != nil {
-			return nil, fmt.Errorf("--limit %s: %w", l, err)
-		}
-		k, err := kindOf("limit", l, name, limited)
-		if err != nil {
-			return nil, err
-		}
-		k.Limit = &runtime.Limit{Max: max, Key: path}
-	}
-	return kinds, nil
-}
-
-// execKinds are the handlers of a worker group of a configuration file:
-// the built-in demo kinds and the file's commands.
+// execKinds are the handlers of a worker group: the built-in demo kinds
+// and the commands of --exec or exec:.
 func execKinds(execs []execSpec, stdout io.Writer) []runtime.Kind {
 	kinds := builtinKinds()
 	for _, e := range execs {
-		kinds = append(kinds, runtime.Kind{Name: e.name, Handler: execHandler(e.command, stdout), Timeout: e.timeout, Limit: e.limit})
+		kinds = append(kinds, runtime.Kind{Name: e.name, Handler: execHandler(e.command, stdout), Timeout: e.kindTimeout(), Limit: e.kindLimit(),
+			RateLimit: e.kindRateLimit()})
 	}
 	return kinds
 }

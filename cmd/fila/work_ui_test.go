@@ -37,20 +37,21 @@ func TestWorkServesTheDashboard(t *testing.T) {
 	t.Parallel()
 	db := migrated(t)
 	ctx := context.Background()
-	flags := startWorkerOutput(t, db, "--ui-addr", "127.0.0.1:0", "--admin-token", "flag-token")
+	flags := startWorkerOutput(t, db, "--ui-addr", "127.0.0.1:0", "--admin-token", "flag-token-of-the-worker")
 	file := startConfigWorker(t, db, writeConfig(t, `ui_addr: 127.0.0.1:0
 ui_admin_token: ${FILA_TEST_UI_TOKEN}
 workers:
   - name: all
-`), "FILA_TEST_UI_TOKEN=file-token")
+`), "FILA_TEST_UI_TOKEN=file-token-of-the-worker")
 
 	for _, c := range []struct {
 		w            *worker
 		token, queue string
-	}{{flags, "flag-token", "from-flags"}, {file, "file-token", "from-file"}} {
+	}{{flags, "flag-token-of-the-worker", "from-flags"}, {file, "file-token-of-the-worker", "from-file"}} {
 		base := dashboardURL(t, c.w)
 		code, body := httpGet(t, base+"/")
 		require.Equal(t, http.StatusOK, code, body)
+		require.Contains(t, body, `id="token"`, "with a token, reading needs a login")
 		pause := url.Values{"op": {"pause"}, "queue": {c.queue}}
 		code, _ = httpPost(t, base+"/actions/queues", pause, "wrong")
 		require.Equal(t, http.StatusForbidden, code)
@@ -75,8 +76,14 @@ workers:
 
 	_, errOut, code := fila(t, db, "work", "--admin-token", "t")
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "--admin-token protects the dashboard: give --ui-addr too")
+	require.Contains(t, errOut, "--admin-token: there is no dashboard to protect: set --ui-addr too")
 	_, errOut, code = fila(t, db, "work", "--ui-addr", "8080")
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, `--ui-addr "8080": want HOST:PORT`)
+	require.Contains(t, errOut, `--ui-addr: "8080": want HOST:PORT`)
+	_, errOut, code = fila(t, db, "work", "--read-token", "a-read-token-long-enough")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "--read-token: there is no dashboard to protect: set --ui-addr too")
+	_, errOut, code = fila(t, db, "work", "--ui-addr", "127.0.0.1:0", "--admin-token", "short")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "--admin-token: the token is 5 characters long: at least 16 are needed")
 }

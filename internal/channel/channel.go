@@ -8,8 +8,8 @@ import (
 	"regexp"
 )
 
-// Prefix is put before a queue name to form its channel. The trigger in
-// migrations/0001_jobs.up.sql spells the same prefix.
+// Prefix is put before a queue name to form its channel. The triggers in
+// migrations/schema.sql spell the same prefix.
 const Prefix = "fila_"
 
 // MaxQueueLen keeps Prefix+queue within PostgreSQL's 63-byte identifier limit,

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -32,19 +33,22 @@ type drainSpec struct {
 	fault func(ctx context.Context) error
 	// sampleLocks samples pg_stat_activity for row-lock waits.
 	sampleLocks bool
+	// claimBatch is each runtime's ClaimBatch; 0 means 50.
+	claimBatch int
 }
 
 // drainOutcome is what a drain measured.
 type drainOutcome struct {
-	counts      tableCounts
-	overlapping []int64
-	okTwice     []int64
-	faultStart  time.Time
-	faultEnd    time.Time     // when the fault function returned
-	recovery    time.Duration // fault start to the first effect after faultEnd
-	drainTook   time.Duration
-	doneBefore  int      // jobs run before the fault
-	perWorker   []uint64 // jobs each runtime completed after the fault
+	counts       tableCounts
+	overlapping  []int64
+	worstOverlap time.Duration
+	okTwice      []int64
+	faultStart   time.Time
+	faultEnd     time.Time     // when the fault function returned
+	recovery     time.Duration // fault start to the first effect after faultEnd
+	drainTook    time.Duration
+	doneBefore   int      // jobs run before the fault
+	perWorker    []uint64 // jobs each runtime completed after the fault
 	// claimedAfter is, per runtime, whether a claim statement of its
 	// succeeded after the fault was over: it recovered on its own, whether
 	// or not jobs were left for it by then.
@@ -108,7 +112,13 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 			stopAll()
 			return nil, err
 		}
-		pc.MaxConns = int32(spec.concurrency)
+		// At most 8: a thousand handler slots must not open a thousand
+		// connections. The throwaway server allows 97 (max_connections
+		// 100, 3 kept for superusers): six workers of 8 handler
+		// connections, the runtime's own few and a listener each fit; at
+		// 32, handlers slowed by a loaded machine took every slot, and a
+		// worker's listener could not connect to become ready.
+		pc.MaxConns = int32(min(spec.concurrency, 8))
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			stopAll()
@@ -136,7 +146,7 @@ func (e *Env) drain(ctx context.Context, db *database, spec drainSpec) (*drainOu
 			Observer: claimed,
 			DSN:      spec.mainDSN, ListenDSN: spec.listenDSN,
 			Kinds:       []runtime.Kind{{Name: "record", Handler: handler}},
-			Concurrency: spec.concurrency, Lease: spec.lease, ClaimBatch: 50,
+			Concurrency: spec.concurrency, Lease: spec.lease, ClaimBatch: cmp.Or(spec.claimBatch, 50),
 			RetryBase: 50 * time.Millisecond, RetryMax: time.Second,
 			SafetyPoll: 30 * time.Second,
 			Logger:     e.logger().Named(fmt.Sprintf("worker%d", i)),
@@ -265,7 +275,7 @@ wait:
 	stopAll()
 
 	runs := log.snapshot()
-	out.overlapping = overlaps(runs, time.Now())
+	out.overlapping, out.worstOverlap = overlapStats(runs, time.Now())
 	out.okTwice = okTwice(runs)
 	var err error
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -310,7 +320,7 @@ func (o *drainOutcome) judge(res *Result, jobs int, exactlyOnce bool) {
 	c := o.counts
 	res.Lost = jobs - c.completed
 	res.Duplicated = len(c.jobsTwice)
-	res.Overlapping = len(o.overlapping)
+	res.Overlapping, res.WorstOverlap = len(o.overlapping), o.worstOverlap
 	res.Recovery = o.recovery
 	res.check(c.jobs == jobs, "the table holds %d jobs, %d were inserted", c.jobs, jobs)
 	res.check(res.Lost == 0, "%d jobs did not complete (dead %d, pending %d, running %d)", res.Lost, c.dead, c.pending, c.running)

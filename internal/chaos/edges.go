@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/fila-run/fila/runtime"
 )
 
 // MixedKinds runs two `fila work` processes on one queue, each handling a
@@ -30,6 +32,8 @@ func MixedKinds(ctx context.Context, env *Env, size Size) (*Result, error) {
 	}
 	defer db.drop()
 	runFile := filepath.Join(dir, "runs")
+	watch := watchRuns(runFile)
+	defer watch.stop()
 	var procs []*workerProc
 	defer func() {
 		for _, p := range procs {
@@ -69,9 +73,9 @@ func MixedKinds(ctx context.Context, env *Env, size Size) (*Result, error) {
 			return nil, err
 		}
 		kindOf[id] = kind
-		if state != "completed" {
+		if state != runtime.StateCompleted {
 			res.Lost++
-			if state == "dead" {
+			if state == runtime.StateDead {
 				dead++
 			}
 			res.check(false, "job %d (%s) ended %s: %s", id, kind, state, firstLine(lastErr))
@@ -81,7 +85,7 @@ func MixedKinds(ctx context.Context, env *Env, size Size) (*Result, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	runs, err := readRunFile(runFile)
+	runs, err := watch.runs()
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +99,7 @@ func MixedKinds(ctx context.Context, env *Env, size Size) (*Result, error) {
 		res.check(perJob[id] == 1, "job %d ran %d times", id, perJob[id])
 	}
 	res.Duplicated = len(okTwice(runs))
-	res.Overlapping = len(overlaps(runs, time.Now()))
+	res.overlapping(runs, time.Now())
 	res.note("%d jobs of kind ka and %d of kind kb on one queue, two workers each handling one kind: every job ran once, on its kind's worker; %d ended dead",
 		perKind, perKind, dead)
 	return res, nil
@@ -208,9 +212,9 @@ func DeafHandler(ctx context.Context, env *Env, size Size) (*Result, error) {
 	}
 	defer db.drop()
 	runFile := filepath.Join(dir, "runs")
-	stamp := func(what string) string {
-		return fmt.Sprintf(`echo "%s $FILA_JOB_ID $FILA_JOB_ATTEMPT $CHAOS_WORKER $(date +%%s%%N)" >> %s`, what, runFile)
-	}
+	watch := watchRuns(runFile)
+	defer watch.stop()
+	stamp := func(what string) string { return stampLine(runFile, what, "") }
 	// The first run of each job ignores SIGTERM and would last two minutes;
 	// later runs finish at once. (The interrupted attempt is not counted, so
 	// the attempt number cannot tell them apart: a directory made per job
@@ -232,7 +236,7 @@ func DeafHandler(ctx context.Context, env *Env, size Size) (*Result, error) {
 		return nil, err
 	}
 	if !waitFor(ctx, 30*time.Second, func() bool {
-		runs, _ := readRunFile(runFile)
+		runs, _ := watch.runs()
 		return len(runs) == jobs
 	}) {
 		return nil, fmt.Errorf("the %d deaf commands did not all start within 30s", jobs)
@@ -259,7 +263,7 @@ func DeafHandler(ctx context.Context, env *Env, size Size) (*Result, error) {
 	}
 	var back int
 	for _, s := range after {
-		if s.state == "pending" && s.attempts == 0 {
+		if s.state == runtime.StatePending && s.attempts == 0 {
 			back++
 		}
 	}
@@ -280,13 +284,13 @@ func DeafHandler(ctx context.Context, env *Env, size Size) (*Result, error) {
 		return nil, err
 	}
 	for id, s := range final {
-		if s.state != "completed" {
+		if s.state != runtime.StateCompleted {
 			res.Lost++
 			res.check(false, "job %d ended %s", id, s.state)
 		}
 	}
 	res.check(done, "jobs not completed within 60s after the hard stop")
-	runs, err := readRunFile(runFile)
+	runs, err := watch.runs()
 	if err != nil {
 		return nil, err
 	}
@@ -296,8 +300,7 @@ func DeafHandler(ctx context.Context, env *Env, size Size) (*Result, error) {
 		}
 	}
 	// Every deaf command ended, killed, by the time its worker exited.
-	res.Overlapping = len(overlaps(runs, exitedAt))
-	res.check(res.Overlapping == 0, "jobs ran twice at once: %v", overlaps(runs, exitedAt))
+	res.check(len(res.overlapping(runs, exitedAt)) == 0, "jobs ran twice at once: %v", overlaps(runs, exitedAt))
 	res.Duplicated = len(okTwice(runs))
 	res.Recovery = exitedAt.Sub(hardAt)
 	res.note("a hard stop of a worker whose %d commands ignore SIGTERM: it killed their process groups, gave the jobs back uncounted and exited %s after the second signal; another worker ran each once",

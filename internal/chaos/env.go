@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/fila-run/fila/internal/patroni"
 	"github.com/fila-run/fila/internal/pgbouncer"
 	"github.com/fila-run/fila/internal/pgcluster"
 	"github.com/fila-run/fila/internal/pgconfig"
@@ -34,12 +35,21 @@ type Env struct {
 	// Bouncer is a PgBouncer the Env owns, in front of the same PostgreSQL.
 	// The PgBouncer restart scenario needs it.
 	Bouncer *pgbouncer.Bouncer
+	// Patroni is a replicated cluster the Env owns, apart from the
+	// PostgreSQL above. The high-availability scenarios (NeedsPatroni) run
+	// on it.
+	Patroni *patroni.Cluster
 	// FilaBin is the fila binary the process scenarios run `fila work` with.
 	FilaBin string
 	// Logger receives the workers' logs. Defaults to zap.NewNop().
 	Logger *zap.Logger
 	// Progress, if set, is told what a scenario is doing, a line at a time.
 	Progress func(line string)
+
+	// created, if set, is called after newDatabase created a database and
+	// before it connects to it (the HA scenarios wait for the standby to
+	// replay it: see patroni.Cluster.WaitReplayed).
+	created func(ctx context.Context) error
 }
 
 func (e *Env) logger() *zap.Logger {
@@ -78,6 +88,12 @@ func (e *Env) newDatabase(ctx context.Context, scenario string) (*database, erro
 		return nil, fmt.Errorf("create database %s: %w", name, err)
 	}
 	d := &database{name: name, env: e}
+	if e.created != nil {
+		if err := e.created(ctx); err != nil {
+			d.drop()
+			return nil, fmt.Errorf("database %s created: %w", name, err)
+		}
+	}
 	if d.direct, err = withDatabase(e.AdminDSN, name); err != nil {
 		return nil, err
 	}

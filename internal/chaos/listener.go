@@ -129,7 +129,7 @@ func (r *listenerRig) finish(ctx context.Context, res *Result) error {
 	runs := r.log.snapshot()
 	res.Lost = c.jobs - c.completed
 	res.Duplicated = len(okTwice(runs))
-	res.Overlapping = len(overlaps(runs, time.Now()))
+	res.overlapping(runs, time.Now())
 	res.check(res.Lost == 0, "%d of %d jobs did not complete", res.Lost, c.jobs)
 	res.check(res.Duplicated == 0, "jobs run twice: %s", ids(okTwice(runs), 10))
 	res.check(res.Overlapping == 0, "jobs run twice at once")

@@ -81,7 +81,12 @@ func clusterEnv(t *testing.T, bouncer bool) *chaos.Env {
 		testdb.Missing(t, "cannot start a PostgreSQL of the test's own: %v", err)
 	}
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the test's PostgreSQL log:\n%s", c.LogTail())
+		}
+		require.NoError(t, c.Close())
+	})
 	e.Cluster, e.AdminDSN, e.PoolerDSN = c, c.DSN("postgres"), ""
 	if bouncer || testdb.ThroughPgBouncer() {
 		b, err := pgbouncer.Start(ctx, pgbouncer.Options{UpstreamPort: c.Port(), Logger: e.Logger})
@@ -89,7 +94,12 @@ func clusterEnv(t *testing.T, bouncer bool) *chaos.Env {
 			testdb.Missing(t, "cannot start a PgBouncer of the test's own: %v", err)
 		}
 		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, b.Close()) })
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the test's PgBouncer log:\n%s", b.LogTail())
+			}
+			require.NoError(t, b.Close())
+		})
 		e.Bouncer = b
 		if testdb.ThroughPgBouncer() {
 			e.PoolerDSN = b.DSN("postgres")

@@ -147,7 +147,7 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 			return false
 		}
 		for i, id := range ids {
-			if s := states[id].state; s != "dead" && s != "completed" && !poisons[i].untouched {
+			if s := states[id].state; s != runtime.StateDead && s != runtime.StateCompleted && !poisons[i].untouched {
 				return false
 			}
 		}
@@ -159,16 +159,16 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 	for i, p := range poisons {
 		s := states[ids[i]]
 		if p.untouched {
-			res.check(s.state == "pending" && s.attempts == 0,
+			res.check(s.state == runtime.StatePending && s.attempts == 0,
 				"job %d of kind %s, which no worker handles, ended %s after %d attempts; want pending, never tried",
 				ids[i], p.kind, s.state, s.attempts)
 			continue
 		}
 		if p.want == "" { // a valid payload: it just works
-			res.check(s.state == "completed", "job %d (%s, deeply nested payload) ended %s: %s", ids[i], p.kind, s.state, s.lastError)
+			res.check(s.state == runtime.StateCompleted, "job %d (%s, deeply nested payload) ended %s: %s", ids[i], p.kind, s.state, s.lastError)
 			continue
 		}
-		if s.state == "dead" && strings.Contains(s.lastError, p.want) {
+		if s.state == runtime.StateDead && strings.Contains(s.lastError, p.want) {
 			dead++
 		} else {
 			res.Lost++
@@ -202,7 +202,7 @@ func Poison(ctx context.Context, env *Env, size Size) (*Result, error) {
 	}
 	runs := log.snapshot()
 	res.Duplicated = len(okTwice(runs))
-	res.Overlapping = len(overlaps(runs, time.Now()))
+	res.overlapping(runs, time.Now())
 	res.note("%d poison jobs ended dead with a last_error naming the cause (panic, timeout, handler deaf to cancellation, payload not an object, an error text with NUL and invalid UTF-8, stored cleaned) within %.1fs; the job of a kind no worker handles stayed pending, untried",
 		dead, poisonedAt.Seconds())
 	res.note("%d enqueues refused with an error naming the problem (invalid JSON, queue name not a channel name, NULL payload); a runtime on an invalid queue refused at New", len(refusals))

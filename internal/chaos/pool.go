@@ -90,7 +90,7 @@ func PoolExhaustion(ctx context.Context, env *Env, size Size) (*Result, error) {
 	runs := log.snapshot()
 	res.Lost = jobs - c.completed
 	res.Duplicated = len(okTwice(runs))
-	res.Overlapping = len(overlaps(runs, time.Now()))
+	res.overlapping(runs, time.Now())
 	res.check(done && res.Lost == 0, "%d of %d jobs did not complete", res.Lost, jobs)
 	res.check(again == 0, "%d jobs ran more than once: their lease expired while their handler waited for or held a connection", again)
 	res.check(st.LeaseLost == 0, "%d handlers lost their lease", st.LeaseLost)

@@ -27,6 +27,12 @@ type workerProc struct {
 // startWorker starts `fila work` number n on db with args, its output in a
 // file of dir. CHAOS_WORKER=n is in the environment of its --exec commands.
 func (e *Env) startWorker(db *database, dir string, n int, args ...string) (*workerProc, error) {
+	return e.startWorkerOn(db.dsn, db.direct, dir, n, args...)
+}
+
+// startWorkerOn starts `fila work` number n with the given main and listen
+// DSNs (through a proxy, say), as startWorker does.
+func (e *Env) startWorkerOn(mainDSN, listenDSN, dir string, n int, args ...string) (*workerProc, error) {
 	logf := filepath.Join(dir, fmt.Sprintf("worker%d.log", n))
 	out, err := os.OpenFile(logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -34,7 +40,7 @@ func (e *Env) startWorker(db *database, dir string, n int, args ...string) (*wor
 	}
 	defer out.Close()
 	cmd := exec.Command(e.FilaBin, append([]string{"work", "--log-format", "json"}, args...)...)
-	cmd.Env = append(os.Environ(), "FILA_DSN="+db.dsn, "FILA_LISTEN_DSN="+db.direct, "CHAOS_WORKER="+strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), "FILA_DSN="+mainDSN, "FILA_LISTEN_DSN="+listenDSN, "CHAOS_WORKER="+strconv.Itoa(n))
 	cmd.Stdout, cmd.Stderr = out, out
 	// Killed with the scenario if it dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,16 @@ const (
 	// refuse closes new connections at once (existing ones are forwarded),
 	// as a server that is down does.
 	refuse
+	// freeze stops forwarding, both ways, without closing anything: what
+	// either end sends is held (an end of the connection too) and delivered
+	// once the mode changes, as TCP retransmits what a network path that
+	// went silent dropped, once it heals. New connections are accepted and
+	// held the same way.
+	freeze
+	// reset tears down every connection with a TCP reset, both ways, and
+	// resets new ones at once: the partition a client learns of at its
+	// next read or write, as after a firewall's reject or a peer's reboot.
+	reset
 )
 
 // proxy is a TCP proxy on loopback in front of a server, whose traffic a
@@ -38,15 +49,23 @@ type proxy struct {
 	conns   map[net.Conn]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+
+	// claims, if set, reads what clients send, to lose the replies of
+	// claim statements (see claimWatch).
+	claims *claimWatch
 }
 
 // startProxy listens on a free loopback port and forwards to target (host:port).
-func startProxy(target string) (*proxy, error) {
+func startProxy(target string) (*proxy, error) { return listenProxy(target, nil) }
+
+// listenProxy starts a proxy to target, reading its clients' statements
+// with claims if set.
+func listenProxy(target string, claims *claimWatch) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, changed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &proxy{ln: ln, target: target, changed: make(chan struct{}), conns: map[net.Conn]struct{}{}, claims: claims}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -61,7 +80,20 @@ func (p *proxy) set(m proxyMode) {
 	p.mu.Lock()
 	close(p.changed)
 	p.changed = make(chan struct{})
+	if m == reset {
+		for c := range p.conns {
+			resetConn(c)
+		}
+	}
 	p.mu.Unlock()
+}
+
+// resetConn closes c with a TCP reset rather than an orderly close.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 func (p *proxy) current() (proxyMode, <-chan struct{}) {
@@ -98,7 +130,11 @@ func (p *proxy) accept() {
 			return
 		}
 		p.accepted.Add(1)
-		if proxyMode(p.mode.Load()) == refuse || !p.track(client) {
+		switch m := proxyMode(p.mode.Load()); {
+		case m == reset:
+			resetConn(client)
+			continue
+		case m == refuse || !p.track(client):
 			_ = client.Close()
 			continue
 		}
@@ -119,6 +155,10 @@ func (p *proxy) serve(client net.Conn) {
 		return
 	}
 	defer p.untrack(server)
+	if p.claims != nil {
+		p.claims.serve(client, server)
+		return
+	}
 	closed := make(chan struct{})
 	var once sync.Once
 	shut := func() {
@@ -130,20 +170,40 @@ func (p *proxy) serve(client net.Conn) {
 	}
 	var pipes sync.WaitGroup
 	pipes.Add(2)
-	go func() { defer pipes.Done(); p.pipe(client, server, nil); shut() }()
-	go func() { defer pipes.Done(); p.pipe(server, client, closed); shut() }()
+	go func() { defer pipes.Done(); p.pipe(client, server, closed, false); shut() }()
+	go func() { defer pipes.Done(); p.pipe(server, client, closed, true); shut() }()
 	pipes.Wait()
 }
 
-// pipe copies src to dst, dropping what it reads while blackholed. With
-// hold set (the server's side), an end of src during a blackhole is kept
-// from the client until the blackhole is over or the client leaves: a
-// half-open connection hears nothing, not even a close.
-func (p *proxy) pipe(src, dst net.Conn, hold <-chan struct{}) {
+// pipe copies src to dst, dropping what it reads while blackholed and
+// holding it while frozen, until the connection is closed. With holdEOF
+// set (the server's side), an end of src during a blackhole is kept from
+// the client until the blackhole is over or the client leaves: a half-open
+// connection hears nothing, not even a close. During a freeze an end is
+// held both ways.
+func (p *proxy) pipe(src, dst net.Conn, closed <-chan struct{}, holdEOF bool) {
 	buf := make([]byte, 32<<10)
+	// thaw waits while the mode is one of held; false if the connection
+	// closed meanwhile.
+	thaw := func(held ...proxyMode) bool {
+		for {
+			m, changed := p.current()
+			if !slices.Contains(held, m) {
+				return true
+			}
+			select {
+			case <-changed:
+			case <-closed:
+				return false
+			}
+		}
+	}
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if !thaw(freeze) {
+				return
+			}
 			if m, _ := p.current(); m != blackhole {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
@@ -151,16 +211,10 @@ func (p *proxy) pipe(src, dst net.Conn, hold <-chan struct{}) {
 			}
 		}
 		if err != nil {
-			for hold != nil {
-				m, changed := p.current()
-				if m != blackhole {
-					break
-				}
-				select {
-				case <-changed:
-				case <-hold:
-					return
-				}
+			if holdEOF {
+				thaw(blackhole, freeze)
+			} else {
+				thaw(freeze)
 			}
 			return
 		}
@@ -177,7 +231,7 @@ func (p *proxy) close() error {
 		_ = c.Close()
 	}
 	p.mu.Unlock()
-	p.set(forward) // release a pipe waiting for the blackhole to end
+	p.set(forward) // release a pipe waiting for a blackhole or a freeze to end
 	p.wg.Wait()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil

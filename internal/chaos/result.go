@@ -36,8 +36,23 @@ type Result struct {
 	// an effect and its completion may run a job again; a scenario says when
 	// that is expected.
 	Duplicated int
-	// Overlapping counts jobs that two runs held at the same time.
+	// Overlapping counts jobs that two runs held at the same time. Any
+	// overlap fails the scenario.
 	Overlapping int
+	// WorstOverlap is the longest time two runs of one job ran at once,
+	// over every job of the scenario: the goal is 0. Each run's start and
+	// end are taken on one clock; a command killed by a signal ends when
+	// the last of its processes was last seen alive (see runWatch).
+	WorstOverlap time.Duration
+	// Margin is the smallest time left before a lease expired when the run
+	// of its attempt ended, over the Rescues leases that expired while
+	// their attempt had a run (a job rescued, or its attempt stopped by a
+	// lock, after it). Negative: a run outlived its lease, which is what
+	// lets two run at once.
+	Margin time.Duration
+	// Rescues counts the expired leases Margin was measured over; 0 means
+	// Margin was not measured.
+	Rescues int
 	// Recovery is how long the workers took to get back to normal after the
 	// fault, as the scenario defines it (see Notes); 0 when not measured.
 	Recovery time.Duration
@@ -92,11 +107,25 @@ func Scenarios() []Scenario {
 		{Name: "mixed-kinds", Fault: "workers of different kinds on one queue", Run: MixedKinds},
 		{Name: "scheduled", Fault: "jobs scheduled ahead, workers idle", Run: ScheduledOnTime},
 		{Name: "lock-waits", Fault: "none (row-lock waits sampled)", Run: LockWaits},
+		{Name: "ha-switchover", Fault: "Patroni switchover under load", Run: HASwitchover},
+		{Name: "ha-failover", Fault: "Patroni leader's postmaster SIGKILLed under load", Run: HAFailover},
+		{Name: "partition-freeze", Fault: "silent network partition after a claim", Run: PartitionFreeze},
+		{Name: "partition-reset", Fault: "network partition by TCP reset after a claim", Run: PartitionReset},
+		{Name: "frozen-worker", Fault: "worker SIGSTOPped while its long command runs", Run: FrozenWorker},
+		{Name: "row-lock", Fault: "application row locks on running jobs, longer than the lease", Run: RowLock},
+		{Name: "lost-claim-reply", Fault: "connection lost between a claim's commit and its reply", Run: LostClaimReply},
+		{Name: "escaping-descendants", Fault: "commands whose children escape (setsid, background, double fork)", Run: EscapingDescendants},
+		{Name: "shutdown-db-down", Fault: "SIGTERM while the database is unreachable", Run: ShutdownDBDown},
+		{Name: "unique-pending", Fault: "unique keys held only while pending, under retries and a SIGKILL", Run: UniquePending},
+		{Name: "tiny-timeout", Fault: "a role whose statement_timeout is 8 ms", Run: TinyTimeout},
 	}
 }
 
 // Header is the table's header.
-var Header = []string{"fault", "load", "lost", "duplicated", "overlapping", "recovery", "result"}
+var Header = []string{"fault", "load", "lost", "duplicated", "overlapping", "worst overlap", "margin", "recovery", "result"}
+
+// numeric are the columns of Header aligned right.
+func numeric(i int) bool { return i >= 2 && i <= 7 }
 
 // Row is the result's table row.
 func (r *Result) Row() []string {
@@ -104,7 +133,33 @@ func (r *Result) Row() []string {
 	if !r.OK() {
 		result = "FAIL"
 	}
-	return []string{r.Fault, r.Load, count(r.Lost), count(r.Duplicated), count(r.Overlapping), duration(r.Recovery), result}
+	worst, margin := "—", "—"
+	if r.Overlapping != NA {
+		worst = millis(r.WorstOverlap)
+	}
+	if r.Rescues > 0 {
+		margin = millis(r.Margin)
+	}
+	return []string{r.Fault, r.Load, count(r.Lost), count(r.Duplicated), count(r.Overlapping), worst, margin, duration(r.Recovery), result}
+}
+
+// millis writes a measured duration, 0 included, in milliseconds below
+// 10 s.
+func millis(d time.Duration) string {
+	a := d
+	if a < 0 {
+		a = -a
+	}
+	switch {
+	case d == 0:
+		return "0 ms"
+	case a < 10*time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	case a < 10*time.Second:
+		return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
+	default:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
 }
 
 func count(n int) string {
@@ -141,7 +196,7 @@ func WriteTable(w io.Writer, results []*Result, markdown bool) error {
 		seps := make([]string, len(Header))
 		for i := range seps {
 			seps[i] = "---"
-			if i >= 2 && i <= 5 {
+			if numeric(i) {
 				seps[i] = "---:"
 			}
 		}
@@ -160,7 +215,7 @@ func WriteTable(w io.Writer, results []*Result, markdown bool) error {
 			var l strings.Builder
 			for i, c := range cells {
 				pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
-				if i >= 2 && i <= 5 {
+				if numeric(i) {
 					l.WriteString(pad + c)
 				} else {
 					l.WriteString(c + pad)
@@ -225,6 +280,10 @@ func Run(ctx context.Context, env *Env, sc Scenario, size Size) (*Result, error)
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}
 	res.Name, res.Fault, res.Took = sc.Name, sc.Fault, time.Since(start)
+	// The overlap check holds over every scenario, whatever else it checks.
+	if res.Overlapping > 0 && res.OK() {
+		res.check(false, "%d jobs ran twice at the same time (worst overlap %s)", res.Overlapping, millis(res.WorstOverlap))
+	}
 	return res, nil
 }
 

@@ -1,10 +1,8 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,14 +13,44 @@ import (
 )
 
 // run is one execution of a handler: one attempt of one job on one worker.
+// Every time in it is on one clock, the wall clock of this machine (which is
+// also the database's: the scenarios run PostgreSQL on loopback), kept as
+// wall time only so that times read from files, from /proc and from the
+// database compare with those taken here.
 type run struct {
 	job     int64
 	attempt int
 	worker  int
-	start   time.Time
-	end     time.Time // zero while it runs (or when its process was killed)
-	ok      bool      // the handler's effect took place (it returned success)
+	// pid is the shell of an --exec command (its $$), 0 for an in-process
+	// handler or a command that did not report it.
+	pid   int
+	start time.Time
+	// end is when the run was over: the handler returned, or the last of
+	// the command's watched processes (its shell and the children it
+	// reported) was last seen alive. Zero while it runs: while any of
+	// those processes lives.
+	end time.Time
+	ok  bool // the handler's effect took place (it returned success)
+	// wrote is the end a command wrote, if it did.
+	wrote time.Time
+	// procs are the command's watched processes (see runWatch).
+	procs []procLife
 }
+
+// procLife is what a runWatch saw of one process of a command.
+type procLife struct {
+	pid int
+	// child: reported by the command as one it started (not its shell).
+	child bool
+	alive bool // still running when the runs were read
+	// lastAlive is the last time it was seen alive: a lower bound of its
+	// death, at most one poll (about a millisecond) early.
+	lastAlive time.Time
+}
+
+// wall drops the monotonic reading of t, so that it compares with times
+// from other processes on the wall clock.
+func wall(t time.Time) time.Time { return t.Round(0) }
 
 // runLog records the runs of in-process handlers.
 type runLog struct {
@@ -38,12 +66,12 @@ func newRunLog() *runLog { return &runLog{ok: map[int64]bool{}} }
 func (l *runLog) begin(job int64, attempt, worker int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.runs = append(l.runs, run{job: job, attempt: attempt, worker: worker, start: time.Now()})
+	l.runs = append(l.runs, run{job: job, attempt: attempt, worker: worker, start: wall(time.Now())})
 	return len(l.runs) - 1
 }
 
 func (l *runLog) end(i int, ok bool) {
-	now := time.Now()
+	now := wall(time.Now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.runs[i].end, l.runs[i].ok = now, ok
@@ -69,35 +97,64 @@ func (l *runLog) snapshot() []run {
 // overlaps returns the jobs that two runs held at the same time. A run with
 // no end lasts until openEnd (the kill of its process, or now).
 func overlaps(runs []run, openEnd time.Time) []int64 {
+	jobs, _ := overlapStats(runs, openEnd)
+	return jobs
+}
+
+// overlapStats returns the jobs that two runs held at the same time, and
+// the longest time two runs of one job ran at once. A run with no end lasts
+// until openEnd.
+func overlapStats(runs []run, openEnd time.Time) (jobs []int64, worst time.Duration) {
 	byJob := map[int64][]run{}
 	for _, r := range runs {
 		byJob[r.job] = append(byJob[r.job], r)
 	}
-	var out []int64
+	openEnd = wall(openEnd)
+	end := func(r run) time.Time {
+		if r.end.IsZero() {
+			return openEnd
+		}
+		return r.end
+	}
 	for job, rs := range byJob {
 		if len(rs) < 2 {
 			continue
 		}
 		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
-		end := func(r run) time.Time {
-			if r.end.IsZero() {
-				return openEnd
-			}
-			return r.end
-		}
 		latest := end(rs[0])
+		overlapped := false
 		for _, r := range rs[1:] {
+			e := end(r)
 			if r.start.Before(latest) {
-				out = append(out, job)
-				break
+				overlapped = true
+				worst = max(worst, minTime(latest, e).Sub(r.start))
 			}
-			if e := end(r); e.After(latest) {
+			if e.After(latest) {
 				latest = e
 			}
 		}
+		if overlapped {
+			jobs = append(jobs, job)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i] < jobs[j] })
+	return jobs, worst
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// overlapping measures runs into res: the jobs two runs held at once
+// (returned, and counted in Overlapping) and the worst overlap. A run with
+// no end lasts until openEnd.
+func (res *Result) overlapping(runs []run, openEnd time.Time) []int64 {
+	jobs, worst := overlapStats(runs, openEnd)
+	res.Overlapping, res.WorstOverlap = len(jobs), worst
+	return jobs
 }
 
 // okTwice returns the jobs with more than one successful run.
@@ -163,62 +220,154 @@ func countJobs(ctx context.Context, pool *pgxpool.Pool, withRuns bool) (tableCou
 	return c, err
 }
 
-// readRunFile parses the lines the recording --exec command of worker
-// processes appends: "start|end JOB ATTEMPT WORKER UNIX_NANOS".
-func readRunFile(path string) ([]run, error) {
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil, nil
+// runLine is one line of a run file:
+//
+//	start JOB ATTEMPT WORKER UNIX_NANOS [PID]
+//	pid   JOB ATTEMPT WORKER UNIX_NANOS PID CHILD_PID
+//	end   JOB ATTEMPT WORKER UNIX_NANOS [PID]
+//
+// PID is the command's shell ($$); a pid line names a process the command
+// started, to be watched with it.
+type runLine struct {
+	what  string
+	key   runKey
+	at    time.Time
+	child int
+}
+
+// runKey tells the runs of a file apart.
+type runKey struct {
+	job     int64
+	attempt int
+	worker  int
+	pid     int
+}
+
+func parseRunLine(line string) (runLine, bool) {
+	fs := strings.Fields(line)
+	var l runLine
+	if len(fs) < 5 {
+		return l, false // a line cut by a kill
 	}
-	if err != nil {
-		return nil, err
+	l.what = fs[0]
+	want := map[string][]int{"start": {5, 6}, "end": {5, 6}, "pid": {7}}[l.what]
+	if len(want) == 0 || (len(fs) != want[0] && (len(want) < 2 || len(fs) != want[1])) {
+		return l, false
 	}
-	defer f.Close()
-	type key struct {
-		job     int64
-		attempt int
-		worker  int
-	}
-	idx := map[key]int{}
-	var runs []run
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) != 5 {
-			continue // a line cut by a kill
+	nums := make([]int64, len(fs)-1)
+	for i, f := range fs[1:] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return l, false
 		}
-		job, err1 := strconv.ParseInt(fs[1], 10, 64)
-		attempt, err2 := strconv.Atoi(fs[2])
-		worker, err3 := strconv.Atoi(fs[3])
-		ns, err4 := strconv.ParseInt(fs[4], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-			continue
+		nums[i] = n
+	}
+	l.key = runKey{job: nums[0], attempt: int(nums[1]), worker: int(nums[2])}
+	l.at = time.Unix(0, nums[3])
+	if len(nums) > 4 {
+		l.key.pid = int(nums[4])
+	}
+	if l.what == "pid" {
+		l.child = int(nums[5])
+	}
+	return l, true
+}
+
+// runSet gathers the runs of a run file's lines, with the processes to
+// watch.
+type runSet struct {
+	runs  []*fileRun
+	index map[runKey]int
+}
+
+// fileRun is a run read from a file, with its watched processes.
+type fileRun struct {
+	run
+	stamped time.Time // the end the command wrote
+	procs   []*watched
+}
+
+// watched is one process of a command.
+type watched struct {
+	pid   int
+	child bool
+	ident string // its start time in /proc, once seen
+	dead  bool
+	// lastAlive: the last time it was seen alive (at first, when it was
+	// reported).
+	lastAlive time.Time
+}
+
+// add takes a line in.
+func (s *runSet) add(l runLine) {
+	if s.index == nil {
+		s.index = map[runKey]int{}
+	}
+	i, ok := s.index[l.key]
+	switch l.what {
+	case "start":
+		if ok {
+			return
 		}
-		k := key{job, attempt, worker}
-		at := time.Unix(0, ns)
-		switch fs[0] {
-		case "start":
-			idx[k] = len(runs)
-			runs = append(runs, run{job: job, attempt: attempt, worker: worker, start: at})
-		case "end":
-			if i, ok := idx[k]; ok {
-				runs[i].end, runs[i].ok = at, true
+		r := &fileRun{run: run{job: l.key.job, attempt: l.key.attempt, worker: l.key.worker, pid: l.key.pid, start: l.at}}
+		if l.key.pid > 0 {
+			r.procs = append(r.procs, &watched{pid: l.key.pid, lastAlive: l.at})
+		}
+		s.index[l.key] = len(s.runs)
+		s.runs = append(s.runs, r)
+	case "pid":
+		if ok {
+			s.runs[i].procs = append(s.runs[i].procs, &watched{pid: l.child, child: true, lastAlive: l.at})
+		}
+	case "end":
+		if ok {
+			s.runs[i].stamped, s.runs[i].ok = l.at, true
+		}
+	}
+}
+
+// snapshot returns the runs as they stand: a run whose watched processes
+// all died ends when the last was last seen alive (or at its written end,
+// if later); one with a process alive has not ended.
+func (s *runSet) snapshot() []run {
+	out := make([]run, 0, len(s.runs))
+	for _, fr := range s.runs {
+		r := fr.run
+		r.procs = nil
+		r.end, r.wrote = fr.stamped, fr.stamped
+		alive := false
+		for _, p := range fr.procs {
+			r.procs = append(r.procs, procLife{pid: p.pid, child: p.child, alive: !p.dead, lastAlive: p.lastAlive})
+			if !p.dead {
+				alive = true
+			} else if p.lastAlive.After(r.end) {
+				r.end = p.lastAlive
 			}
 		}
+		if alive {
+			r.end = time.Time{}
+		}
+		out = append(out, r)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+	return out
+}
+
+// stampLine is the shell that appends a run file's line of kind what
+// (start, end, or pid followed by the child's pid as extra).
+func stampLine(file, what, extra string) string {
+	if extra != "" {
+		extra = " " + extra
 	}
-	return runs, nil
+	return fmt.Sprintf(`echo "%s $FILA_JOB_ID $FILA_JOB_ATTEMPT $CHAOS_WORKER $(date +%%s%%N) $$%s" >> %s`, what, extra, file)
 }
 
 // recordingCommand is an --exec command that appends its start and end to
 // file, sleeping seconds in between. CHAOS_WORKER names the worker process.
+// The sleep runs as a child the command reports, so that a runWatch sees it
+// die even if the command's shell is killed first.
 func recordingCommand(file string, seconds float64) string {
-	stamp := func(what string) string {
-		return fmt.Sprintf(`echo "%s $FILA_JOB_ID $FILA_JOB_ATTEMPT $CHAOS_WORKER $(date +%%s%%N)" >> %s`, what, file)
-	}
-	return fmt.Sprintf("%s; sleep %g; %s", stamp("start"), seconds, stamp("end"))
+	return fmt.Sprintf("%s; sleep %g & p=$!; %s; wait $p; %s",
+		stampLine(file, "start", ""), seconds, stampLine(file, "pid", "$p"), stampLine(file, "end", ""))
 }
 
 func ids(xs []int64, max int) string {

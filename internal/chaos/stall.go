@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fila-run/fila/runtime"
 )
 
 // StallWorker stops a `fila work` process with SIGSTOP while it runs a job:
@@ -20,8 +22,11 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		return nil, err
 	}
 	const (
-		lease   = 2 * time.Second
-		command = 1.5 // seconds: shorter than the lease, so the stalled command ends before the rescue
+		lease = 2 * time.Second
+		// Seconds: half the lease, so the stalled command ends on its own
+		// well before the lease (less the margin at which its worker gives
+		// up the attempt) runs out.
+		command = 1.0
 	)
 	res := &Result{Load: "1 job, 2 processes"}
 	dir, cleanup, err := scenarioDir("stall")
@@ -35,6 +40,8 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 	}
 	defer db.drop()
 	runFile := filepath.Join(dir, "runs")
+	watch := watchRuns(runFile)
+	defer watch.stop()
 	args := []string{"--concurrency", "2", "--lease", lease.String(), "--exec", "job=" + recordingCommand(runFile, command)}
 	stalled, err := env.startWorker(db, dir, 0, args...)
 	if err != nil {
@@ -48,11 +55,20 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 	if err := db.pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind) VALUES ('job') RETURNING id`).Scan(&id); err != nil {
 		return nil, err
 	}
-	if !waitFor(ctx, 30*time.Second, func() bool { runs, _ := readRunFile(runFile); return len(runs) == 1 }) {
+	if !waitFor(ctx, 30*time.Second, func() bool { runs, _ := watch.runs(); return len(runs) == 1 }) {
 		return nil, fmt.Errorf("the first worker did not start the job within 30s")
 	}
-	if runs, _ := readRunFile(runFile); len(runs) != 1 || runs[0].ok {
+	if runs, _ := watch.runs(); len(runs) != 1 || runs[0].ok {
 		return nil, fmt.Errorf("the job finished before the worker could be stopped: make the command longer")
+	}
+	// Stopped once a heartbeat recorded that it runs the job, so that the
+	// attempt counts (one stopped before it is given back by the rescue).
+	if !waitFor(ctx, 30*time.Second, func() bool {
+		var seen bool
+		err := db.pool.QueryRow(ctx, `SELECT coalesce(heartbeat_at >= started_at, false) FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&seen)
+		return err == nil && seen
+	}) {
+		return nil, fmt.Errorf("the first worker did not heartbeat the job within 30s")
 	}
 	env.progress("stopping worker 0 (pid %d) while its command runs", stalled.pid())
 	if err := stalled.signal(syscall.SIGSTOP); err != nil {
@@ -74,7 +90,7 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		var state string
 		err := db.pool.QueryRow(ctx, `SELECT state, attempts, coalesce(finished_at, now()) FROM fila_jobs WHERE id = $1::bigint`, id).
 			Scan(&state, &attempts, &finishedAt)
-		return err == nil && state == "completed"
+		return err == nil && state == runtime.StateCompleted
 	})
 	res.check(done, "the job was not completed by another worker within 30s of the stall")
 	if done {
@@ -103,7 +119,7 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		Scan(&state, &attemptsAfter, &finishedAfter); err != nil {
 		return nil, err
 	}
-	res.check(state == "completed" && attemptsAfter == 2 && finishedAfter.Equal(finishedAt),
+	res.check(state == runtime.StateCompleted && attemptsAfter == 2 && finishedAfter.Equal(finishedAt),
 		"after the stalled worker resumed the job is %s at attempt %d (finished %s, was %s): it overwrote the new owner's result",
 		state, attemptsAfter, finishedAfter, finishedAt)
 
@@ -117,15 +133,18 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 			res.check(false, "worker %d did not exit within 30s of SIGTERM", w.n)
 		}
 	}
-	runs, err := readRunFile(runFile)
+	runs, err := watch.runs()
 	if err != nil {
 		return nil, err
 	}
 	res.Lost = 0
-	if state != "completed" {
+	if state != runtime.StateCompleted {
 		res.Lost = 1
 	}
-	res.Overlapping = len(overlaps(runs, time.Now()))
+	res.overlapping(runs, time.Now())
+	if _, err := res.measureMargins(ctx, db, runs); err != nil {
+		return nil, err
+	}
 	ended := 0
 	for _, r := range runs {
 		if r.ok {

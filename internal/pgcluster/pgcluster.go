@@ -123,7 +123,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	bin := opts.BinDir
 	if bin == "" {
 		var err error
-		if bin, err = findBinDir(); err != nil {
+		if bin, err = FindBinDir(); err != nil {
 			return nil, err
 		}
 	}
@@ -200,9 +200,12 @@ func settingArgs(opts Options, dir string) []string {
 	return args
 }
 
-// findBinDir looks for the server binaries where Debian and most packages
-// put them, highest major version first.
-func findBinDir() (string, error) {
+// FindBinDir returns the directory of the installed PostgreSQL server
+// binaries (initdb, postgres) that Options.BinDir defaults to, for other
+// packages that run servers of their own (internal/patroni), or an error
+// wrapping ErrNotInstalled. It looks where Debian and most packages put
+// them, highest major version first.
+func FindBinDir() (string, error) {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {

@@ -74,6 +74,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"running", runningSQL, nil},
 		{"cancelled", cancelledSQL, nil},
 		{"dead", deadSQL, nil},
+		{"dead per queue", deadQueuesSQL, nil},
 		{"completed, counted", completedSQL, []any{CompletedExactUpTo + 1, math.Inf(1)}},
 		{"completed, estimated", completedSQL, []any{CompletedExactUpTo + 1, 0}},
 		{"recent", recentSQL, []any{w.Jobs, w.Age.Seconds()}},

@@ -13,25 +13,47 @@ const (
 
 	clockSQL = `SELECT now(), pg_notification_queue_usage()`
 
-	// fila_queues holds a row per queue ever paused: a few rows.
-	pausedSQL = `SELECT queue FROM fila_queues WHERE paused`
+	// fila_queues holds a row per queue ever paused: a few rows. A paused
+	// queue's row was last updated when it was paused.
+	pausedSQL = `SELECT queue, extract(epoch FROM now() - updated_at)::float8 FROM fila_queues WHERE paused`
 
-	// Reads fila_jobs_pending_idx, which holds queue and run_at.
-	pendingSQL = `SELECT queue,
+	// Per queue and kind, so that pending jobs of a kind no live worker of
+	// their queue handles can be named. Reads fila_jobs_scheduled_idx
+	// alone, which holds queue, run_at and kind.
+	pendingSQL = `SELECT queue, kind,
 	count(*) FILTER (WHERE run_at <= now()),
 	count(*) FILTER (WHERE run_at > now()),
 	extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
 FROM fila_jobs WHERE state = 'pending'
-GROUP BY queue`
+GROUP BY queue, kind`
+
+	// The recurring tasks workers recorded: a row per task.
+	recurringSQL = `SELECT task, kind, queue, last_slot, next_slot FROM fila_recurring ORDER BY task`
+
+	// Reads fila_jobs_waiting_idx. A waiting job is blocked when the job
+	// before it in its sequence is dead and it does not continue past it.
+	waitingSQL = `SELECT j.queue, count(*),
+	count(*) FILTER (WHERE j.sequence_prev IS NOT NULL AND coalesce(j.sequence_on_dead, 'block') = 'block'
+	                   AND EXISTS (SELECT 1 FROM fila_jobs p WHERE p.id = j.sequence_prev AND p.state = 'dead'))
+FROM fila_jobs j WHERE j.state = 'waiting'
+GROUP BY j.queue`
+
+	// The sequences blocked by a dead job, the oldest first.
+	blockedSQL = `SELECT j.sequence_key, j.sequence_prev, j.id, j.queue
+FROM fila_jobs j
+JOIN fila_jobs p ON p.id = j.sequence_prev AND p.state = 'dead'
+WHERE j.state = 'waiting' AND coalesce(j.sequence_on_dead, 'block') = 'block'
+ORDER BY j.id
+LIMIT 20`
 
 	// Reads fila_jobs_lease_idx.
 	runningSQL = `SELECT queue, count(*), count(*) FILTER (WHERE lease_until < now())
 FROM fila_jobs WHERE state = 'running'
 GROUP BY queue`
 
-	// Reads fila_jobs_cancelled_idx alone. Dead and cancelled rows are never
-	// deleted by Fila, so they are counted from their indexes without
-	// visiting the table: not per queue, which the indexes do not hold.
+	// Reads fila_jobs_cancelled_idx alone: counted from the index without
+	// visiting the table, and so not per queue, which the index does not
+	// hold.
 	cancelledSQL = `SELECT count(*) FROM fila_jobs WHERE state = 'cancelled'`
 
 	// Dead jobs per kind from fila_jobs_dead_idx (kind, finished_at) alone,
@@ -45,6 +67,11 @@ LEFT JOIN LATERAL (
       WHERE j.state = 'dead' AND j.kind = d.kind AND j.finished_at IS NOT NULL
       ORDER BY j.finished_at DESC LIMIT 1) l ON true
 ORDER BY d.jobs DESC, d.kind`
+
+	// Dead jobs per queue. fila_jobs_dead_idx holds the kind, not the
+	// queue, so each dead row is read from the table: the cost follows the
+	// dead rows, which DeadRetention bounds, never the history.
+	deadQueuesSQL = `SELECT queue, count(*) FROM fila_jobs WHERE state = 'dead' GROUP BY queue ORDER BY queue`
 
 	// Completed jobs: the finished index's row count from the last VACUUM or
 	// ANALYZE, scaled by how much the index has grown since, as the planner
@@ -85,10 +112,11 @@ FROM recent GROUP BY kind ORDER BY count(*) DESC, kind`
 	triggerSQL = `SELECT coalesce((SELECT tgenabled <> 'D' FROM pg_trigger
 	WHERE tgrelid = 'fila_jobs'::regclass AND tgname = 'fila_jobs_notify'), false)`
 
-	// Every worker row (migration 0002), and whether it is gone: not seen
-	// for $1 seconds.
-	workersSQL = `SELECT id, host, pid, queues, kinds, mode, wake_source, coalesce(wake_error, ''),
+	// Every worker row (fila_workers in migrations/schema.sql), and whether
+	// it is live: refreshed within three of its liveness intervals
+	// (fila_worker_live, the one definition every view shares).
+	workersSQL = `SELECT id, host, pid, queues, kinds, recurring, mode, wake_source, coalesce(wake_error, ''), coalesce(degraded, ''),
 	started_at, last_seen_at, extract(epoch FROM now() - last_seen_at)::float8,
-	last_seen_at < now() - make_interval(secs => $1::float8)
-FROM fila_workers ORDER BY started_at, id`
+	extract(epoch FROM liveness_interval)::float8, fila_worker_live(w)
+FROM fila_workers w ORDER BY started_at, id`
 )

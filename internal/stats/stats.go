@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -43,9 +44,12 @@ type DB interface {
 // estimate is above four times as many, nothing is counted at all.
 const CompletedExactUpTo = 10_000
 
-// WorkerGoneAfter is how long a worker's row may go without an update before
-// the worker counts as gone: a live one writes it at least every 5 minutes.
-const WorkerGoneAfter = 15 * time.Minute
+// LivenessMissed is how many refreshes of its row a worker may miss
+// before it counts as gone: each worker refreshes it every liveness
+// interval of its own (runtime.Config.LivenessInterval, 5 s by default),
+// so a worker killed without a clean stop drops out of every view two to
+// three intervals after it died. The schema's fila_worker_live decides.
+const LivenessMissed = 3
 
 // Window bounds the sample of recent completions that throughput and run
 // times are computed from: the newest Jobs completions, and only those
@@ -74,8 +78,54 @@ type Queue struct {
 	ExpiredLeases int64 `json:"expired_leases"`
 	// Paused is true while the queue is paused: its pending jobs wait, and
 	// no worker claims them until it is resumed. A paused queue is listed
-	// even without jobs.
+	// even without jobs, and its wait is not the oldest runnable job's
+	// (see OldestRunnable).
 	Paused bool `json:"paused"`
+	// PausedSeconds is how long ago it was paused; 0 unless Paused.
+	PausedSeconds float64 `json:"paused_seconds"`
+	// Waiting counts jobs waiting for their dependencies or for the job
+	// before them in their sequence; Blocked, those of them whose sequence
+	// is blocked by a dead job (see Snapshot.Blocked).
+	Waiting int64 `json:"waiting"`
+	Blocked int64 `json:"blocked"`
+}
+
+// BlockedSequence is a sequence whose next job waits behind a dead one:
+// it goes on once the dead job is retried (and completes) or deleted.
+type BlockedSequence struct {
+	Sequence string `json:"sequence"`
+	DeadJob  int64  `json:"dead_job"`
+	NextJob  int64  `json:"next_job"`
+	Queue    string `json:"queue"`
+}
+
+// Unhandled is the pending jobs of one kind on one queue that no live
+// worker of the queue handles: a kind misspelt, its worker not deployed
+// yet or stopped, or the kind retired. They wait for ever, silently,
+// unless someone starts a worker for them (or deletes them).
+type Unhandled struct {
+	Queue string `json:"queue"`
+	Kind  string `json:"kind"`
+	// Pending counts them all; Runnable those already due.
+	Pending  int64 `json:"pending"`
+	Runnable int64 `json:"runnable"`
+	// HandledOn lists the other queues whose live workers handle the kind:
+	// a queue misspelt, or a worker started on the wrong one.
+	HandledOn []string `json:"handled_on"`
+}
+
+// OrphanedTask is a recurring task that no live worker schedules: every
+// worker that declared it is gone, or it was removed from their
+// configuration. No job is enqueued for it until one does again.
+type OrphanedTask struct {
+	Task  string `json:"task"`
+	Kind  string `json:"kind"`
+	Queue string `json:"queue"`
+	// LastSlot is the last slot a job was enqueued for, NextSlot the one
+	// its last scheduler expected next (past, once it is due); nil when
+	// unknown.
+	LastSlot *time.Time `json:"last_slot"`
+	NextSlot *time.Time `json:"next_slot"`
 }
 
 // Completed is the number of completed jobs the table holds (until
@@ -97,6 +147,12 @@ type KindDead struct {
 	LastAt *time.Time `json:"last_at"`
 	// LastError is the most recent one's last_error, "" when it has none.
 	LastError string `json:"last_error"`
+}
+
+// QueueDead counts the dead jobs of one queue.
+type QueueDead struct {
+	Queue string `json:"queue"`
+	Dead  int64  `json:"dead"`
 }
 
 // Recent is throughput and run time over the window of recent completions.
@@ -131,15 +187,24 @@ type Worker struct {
 	Host   string   `json:"host"`
 	PID    int      `json:"pid"`
 	Queues []string `json:"queues"`
-	Kinds  []string `json:"kinds"`
+	// Kinds are the kinds it handles, on every one of its Queues.
+	Kinds []string `json:"kinds"`
+	// Recurring names the recurring tasks it schedules.
+	Recurring []string `json:"recurring"`
 	// Mode is notify, wal or poll; WakeSource is up, down, or none (poll).
-	Mode       string    `json:"mode"`
-	WakeSource string    `json:"wake_source"`
-	WakeError  string    `json:"wake_error"`
+	Mode       string `json:"mode"`
+	WakeSource string `json:"wake_source"`
+	WakeError  string `json:"wake_error"`
+	// Degraded says what the worker does less of than configured, and why
+	// (claims cut by timeouts); "" when nothing.
+	Degraded   string    `json:"degraded"`
 	StartedAt  time.Time `json:"started_at"`
 	LastSeenAt time.Time `json:"last_seen_at"`
 	// LastSeenSeconds is how long ago LastSeenAt was, on the database clock.
 	LastSeenSeconds float64 `json:"last_seen_seconds"`
+	// LivenessIntervalSeconds is how often it refreshes its row: it counts
+	// as gone once LastSeenSeconds passes LivenessMissed of them.
+	LivenessIntervalSeconds float64 `json:"liveness_interval_seconds"`
 }
 
 // Snapshot is everything `fila stats` shows. Lists are never nil, so they
@@ -151,32 +216,66 @@ type Snapshot struct {
 	Completed Completed  `json:"completed"`
 	Recent    Recent     `json:"recent"`
 	Dead      []KindDead `json:"dead"`
+	// DeadByQueue counts the dead jobs per queue, for the queues that have
+	// any.
+	DeadByQueue []QueueDead `json:"dead_by_queue"`
 	// Cancelled counts the cancelled jobs the table holds.
-	Cancelled int64    `json:"cancelled"`
-	Workers   []Worker `json:"workers"` // live ones
-	// GoneWorkers counts worker rows not updated for WorkerGoneAfter: the
-	// process died without a clean stop.
+	Cancelled int64 `json:"cancelled"`
+	// Blocked lists sequences blocked by a dead job, at most 20.
+	Blocked []BlockedSequence `json:"blocked_sequences"`
+	Workers []Worker          `json:"workers"` // live ones
+	// GoneWorkers counts worker rows that missed LivenessMissed refreshes:
+	// the process died without a clean stop, is frozen, or cannot reach
+	// the database. Any worker deletes such rows an hour after their last
+	// refresh.
 	GoneWorkers int `json:"gone_workers"`
+	// Unhandled lists the pending jobs no live worker of their queue
+	// handles, per queue and kind, the most first.
+	Unhandled []Unhandled `json:"unhandled"`
+	// OrphanedTasks lists the recurring tasks no live worker schedules.
+	OrphanedTasks []OrphanedTask `json:"orphaned_tasks"`
 	// NotifyTrigger is whether the insert trigger sends NOTIFY.
 	NotifyTrigger bool `json:"notify_trigger"`
 	// NotificationQueueUsage is pg_notification_queue_usage(), 0 to 1; when
 	// it reaches 1, every notifying commit fails.
 	NotificationQueueUsage float64 `json:"notification_queue_usage"`
-	// Warnings are conditions that slow pickup without failing anything: a
-	// worker whose wake source is down, notify-mode workers while the
-	// trigger is off.
+	// Warnings are conditions that slow or stop work without failing
+	// anything: pending jobs no live worker handles, recurring tasks no
+	// live worker schedules, a worker whose wake source is down or whose
+	// claims timeouts cut, notify-mode workers while the trigger is off.
 	Warnings []string `json:"warnings"`
 }
 
 // OldestRunnable returns the queue whose oldest runnable job has waited
 // longest, and how long, in seconds; "" and 0 when nothing is runnable.
+// Paused queues are left out: their jobs wait on purpose.
 func (s *Snapshot) OldestRunnable() (queue string, seconds float64) {
 	for _, q := range s.Queues {
-		if q.Runnable > 0 && (queue == "" || q.OldestRunnableSeconds > seconds) {
+		if q.Runnable > 0 && !q.Paused && (queue == "" || q.OldestRunnableSeconds > seconds) {
 			queue, seconds = q.Queue, q.OldestRunnableSeconds
 		}
 	}
 	return queue, seconds
+}
+
+// Paused returns the paused queues, in name order.
+func (s *Snapshot) Paused() []Queue {
+	var out []Queue
+	for _, q := range s.Queues {
+		if q.Paused {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// UnhandledJobs returns the number of pending jobs no live worker handles.
+func (s *Snapshot) UnhandledJobs() int64 {
+	var n int64
+	for _, u := range s.Unhandled {
+		n += u.Pending
+	}
+	return n
 }
 
 // DeadJobs returns the number of dead jobs of every kind.
@@ -241,18 +340,21 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 		}
 		return q
 	}
+	var pending []Unhandled // per queue and kind, until the workers are known
 	b.Queue(pendingSQL).Query(func(rows pgx.Rows) error {
 		var (
-			name                string
+			name, kind          string
 			runnable, scheduled int64
 			oldest              *float64
 		)
-		_, err := pgx.ForEachRow(rows, []any{&name, &runnable, &scheduled, &oldest}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&name, &kind, &runnable, &scheduled, &oldest}, func() error {
 			q := queue(name)
-			q.Runnable, q.Scheduled = runnable, scheduled
+			q.Runnable += runnable
+			q.Scheduled += scheduled
 			if oldest != nil {
-				q.OldestRunnableSeconds = *oldest
+				q.OldestRunnableSeconds = max(q.OldestRunnableSeconds, *oldest)
 			}
+			pending = append(pending, Unhandled{Queue: name, Kind: kind, Pending: runnable + scheduled, Runnable: runnable})
 			return nil
 		})
 		return named("pending", err)
@@ -269,13 +371,47 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 		})
 		return named("running", err)
 	})
+	b.Queue(waitingSQL).Query(func(rows pgx.Rows) error {
+		var (
+			name             string
+			waiting, blocked int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&name, &waiting, &blocked}, func() error {
+			q := queue(name)
+			q.Waiting, q.Blocked = waiting, blocked
+			return nil
+		})
+		return named("waiting", err)
+	})
+	s.Blocked = []BlockedSequence{}
+	b.Queue(blockedSQL).Query(func(rows pgx.Rows) error {
+		var bs BlockedSequence
+		_, err := pgx.ForEachRow(rows, []any{&bs.Sequence, &bs.DeadJob, &bs.NextJob, &bs.Queue}, func() error {
+			s.Blocked = append(s.Blocked, bs)
+			return nil
+		})
+		return named("blocked sequences", err)
+	})
 	b.Queue(pausedSQL).Query(func(rows pgx.Rows) error {
-		var name string
-		_, err := pgx.ForEachRow(rows, []any{&name}, func() error {
-			queue(name).Paused = true
+		var (
+			name string
+			secs float64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&name, &secs}, func() error {
+			q := queue(name)
+			q.Paused, q.PausedSeconds = true, secs
 			return nil
 		})
 		return named("paused", err)
+	})
+	var tasks []OrphanedTask // every task, until the workers are known
+	b.Queue(recurringSQL).Query(func(rows pgx.Rows) error {
+		var t OrphanedTask
+		_, err := pgx.ForEachRow(rows, []any{&t.Task, &t.Kind, &t.Queue, &t.LastSlot, &t.NextSlot}, func() error {
+			tasks = append(tasks, t)
+			return nil
+		})
+		return named("recurring", err)
 	})
 	var counted *int64 // nil when the estimate is far above CompletedExactUpTo
 	var estimate float64
@@ -311,6 +447,15 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 		})
 		return named("dead", err)
 	})
+	s.DeadByQueue = []QueueDead{}
+	b.Queue(deadQueuesSQL).Query(func(rows pgx.Rows) error {
+		var d QueueDead
+		_, err := pgx.ForEachRow(rows, []any{&d.Queue, &d.Dead}, func() error {
+			s.DeadByQueue = append(s.DeadByQueue, d)
+			return nil
+		})
+		return named("dead per queue", err)
+	})
 	b.Queue(cancelledSQL).QueryRow(func(row pgx.Row) error {
 		return named("cancelled", row.Scan(&s.Cancelled))
 	})
@@ -318,17 +463,17 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 		return named("trigger", row.Scan(&s.NotifyTrigger))
 	})
 	s.Workers = []Worker{}
-	b.Queue(workersSQL, WorkerGoneAfter.Seconds()).Query(func(rows pgx.Rows) error {
+	b.Queue(workersSQL).Query(func(rows pgx.Rows) error {
 		var (
 			wk   Worker
-			gone bool
+			live bool
 		)
-		_, err := pgx.ForEachRow(rows, []any{&wk.ID, &wk.Host, &wk.PID, &wk.Queues, &wk.Kinds, &wk.Mode, &wk.WakeSource,
-			&wk.WakeError, &wk.StartedAt, &wk.LastSeenAt, &wk.LastSeenSeconds, &gone}, func() error {
-			if gone {
-				s.GoneWorkers++
-			} else {
+		_, err := pgx.ForEachRow(rows, []any{&wk.ID, &wk.Host, &wk.PID, &wk.Queues, &wk.Kinds, &wk.Recurring, &wk.Mode, &wk.WakeSource,
+			&wk.WakeError, &wk.Degraded, &wk.StartedAt, &wk.LastSeenAt, &wk.LastSeenSeconds, &wk.LivenessIntervalSeconds, &live}, func() error {
+			if live {
 				s.Workers = append(s.Workers, wk)
+			} else {
+				s.GoneWorkers++
 			}
 			return nil
 		})
@@ -343,6 +488,7 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 		s.Queues = append(s.Queues, *q)
 	}
 	sort.Slice(s.Queues, func(i, j int) bool { return s.Queues[i].Queue < s.Queues[j].Queue })
+	s.unserved(pending, tasks)
 
 	switch {
 	case counted == nil:
@@ -371,6 +517,55 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 	return nil
 }
 
+// unserved keeps, of the pending jobs per queue and kind and of the
+// recurring tasks, those no live worker serves.
+func (s *Snapshot) unserved(pending []Unhandled, tasks []OrphanedTask) {
+	handles := map[[2]string]bool{} // (queue, kind) some live worker handles
+	kindQueues := map[string][]string{}
+	schedules := map[string]bool{}
+	for _, w := range s.Workers {
+		for _, q := range w.Queues {
+			for _, k := range w.Kinds {
+				if !handles[[2]string{q, k}] {
+					handles[[2]string{q, k}] = true
+					kindQueues[k] = append(kindQueues[k], q)
+				}
+			}
+		}
+		for _, t := range w.Recurring {
+			schedules[t] = true
+		}
+	}
+	s.Unhandled = []Unhandled{}
+	for _, u := range pending {
+		if handles[[2]string{u.Queue, u.Kind}] {
+			continue
+		}
+		u.HandledOn = slices.Clone(kindQueues[u.Kind])
+		if u.HandledOn == nil {
+			u.HandledOn = []string{}
+		}
+		slices.Sort(u.HandledOn)
+		s.Unhandled = append(s.Unhandled, u)
+	}
+	sort.SliceStable(s.Unhandled, func(i, j int) bool {
+		a, b := s.Unhandled[i], s.Unhandled[j]
+		if a.Pending != b.Pending {
+			return a.Pending > b.Pending
+		}
+		if a.Queue != b.Queue {
+			return a.Queue < b.Queue
+		}
+		return a.Kind < b.Kind
+	})
+	s.OrphanedTasks = []OrphanedTask{}
+	for _, t := range tasks {
+		if !schedules[t.Task] {
+			s.OrphanedTasks = append(s.OrphanedTasks, t)
+		}
+	}
+}
+
 // named says which statement an error came from.
 func named(what string, err error) error {
 	if err != nil {
@@ -379,9 +574,32 @@ func named(what string, err error) error {
 	return nil
 }
 
-// warn lists what slows pickup without failing anything.
+// warn lists what slows or stops work without failing anything.
 func (s *Snapshot) warn() {
 	s.Warnings = []string{}
+	for _, u := range s.Unhandled {
+		jobs := "jobs"
+		if u.Pending == 1 {
+			jobs = "job"
+		}
+		m := fmt.Sprintf("%d pending %s of kind %q on queue %s: no live worker handles it", u.Pending, jobs, u.Kind, u.Queue)
+		if u.Runnable != u.Pending {
+			m += fmt.Sprintf(" (%d due now)", u.Runnable)
+		}
+		if len(u.HandledOn) > 0 {
+			m += fmt.Sprintf("; live workers handle it on queue %s", strings.Join(u.HandledOn, ", "))
+		}
+		s.Warnings = append(s.Warnings, m)
+	}
+	for _, t := range s.OrphanedTasks {
+		m := fmt.Sprintf("recurring task %q (kind %q on queue %s) is orphaned: no live worker schedules it", t.Task, t.Kind, t.Queue)
+		if t.NextSlot != nil && t.NextSlot.Before(s.At) {
+			m += fmt.Sprintf(", and its slot of %s passed %s ago without a job", t.NextSlot.UTC().Format(time.RFC3339),
+				s.At.Sub(*t.NextSlot).Round(time.Second))
+		}
+		m += "; start a worker that declares it, or delete it (fila recurring delete)"
+		s.Warnings = append(s.Warnings, m)
+	}
 	var notify []string
 	for _, w := range s.Workers {
 		if w.WakeSource == "down" {
@@ -392,6 +610,9 @@ func (s *Snapshot) warn() {
 			s.Warnings = append(s.Warnings, fmt.Sprintf(
 				"worker %s (%s, pid %d): its %s wake source is down (%s); it finds new jobs only by polling",
 				w.ID, w.Host, w.PID, w.Mode, why))
+		}
+		if w.Degraded != "" {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("worker %s (%s, pid %d): %s", w.ID, w.Host, w.PID, w.Degraded))
 		}
 		if w.Mode == "notify" {
 			notify = append(notify, w.ID)

@@ -55,8 +55,12 @@ func TestCollectCountsEveryState(t *testing.T) {
 	require.InDelta(t, 10, a.OldestRunnableSeconds, 5)
 	a.OldestRunnableSeconds = 0
 	require.Equal(t, stats.Queue{Queue: "a", Runnable: 1, Scheduled: 1, Running: 1}, a)
+	require.Less(t, b.PausedSeconds, 60.0)
+	b.PausedSeconds = 0
 	require.Equal(t, stats.Queue{Queue: "b", Running: 1, ExpiredLeases: 1, Paused: true}, b)
-	require.Equal(t, stats.Queue{Queue: "idle", Paused: true}, s.Queues[2])
+	idle := s.Queues[2]
+	idle.PausedSeconds = 0
+	require.Equal(t, stats.Queue{Queue: "idle", Paused: true}, idle)
 	q, age := s.OldestRunnable()
 	require.Equal(t, "a", q)
 	require.Greater(t, age, 9.0)
@@ -83,11 +87,14 @@ func TestCollectCountsEveryState(t *testing.T) {
 	require.Equal(t, "sms", s.Dead[1].Kind)
 	require.Equal(t, "no route", s.Dead[1].LastError)
 	require.Equal(t, int64(3), s.DeadJobs())
+	require.Equal(t, []stats.QueueDead{{Queue: "b", Dead: 3}}, s.DeadByQueue)
 	require.Equal(t, int64(1), s.Cancelled)
 
 	require.True(t, s.NotifyTrigger)
 	require.GreaterOrEqual(t, s.NotificationQueueUsage, 0.0)
-	require.Empty(t, s.Warnings)
+	// No worker runs: the pending jobs are nobody's.
+	require.Equal(t, []stats.Unhandled{{Queue: "a", Kind: "k", Pending: 2, Runnable: 1, HandledOn: []string{}}}, s.Unhandled)
+	require.Equal(t, []string{`2 pending jobs of kind "k" on queue a: no live worker handles it (1 due now)`}, s.Warnings)
 }
 
 // An empty table gives empty lists, which JSON shows as [], not null.
@@ -100,7 +107,7 @@ func TestCollectEmpty(t *testing.T) {
 	require.NoError(t, err)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(b, &m))
-	for _, key := range []string{"queues", "dead", "workers", "warnings"} {
+	for _, key := range []string{"queues", "dead", "dead_by_queue", "workers", "warnings", "unhandled", "orphaned_tasks"} {
 		require.Equal(t, []any{}, m[key], key)
 	}
 	require.Equal(t, []any{}, m["recent"].(map[string]any)["kinds"])
@@ -212,6 +219,8 @@ func TestCheck(t *testing.T) {
 			{Queue: "a", Runnable: 3, OldestRunnableSeconds: 75.25},
 			{Queue: "b", Runnable: 1, OldestRunnableSeconds: 2},
 			{Queue: "idle", OldestRunnableSeconds: 0},
+			// Paused on purpose: its wait is no one's delay.
+			{Queue: "held", Runnable: 9, OldestRunnableSeconds: 7200, Paused: true, PausedSeconds: 7260.4},
 		},
 		Dead: []stats.KindDead{
 			{Kind: "mail", Dead: 10}, {Kind: "sms", Dead: 3}, {Kind: "push\nnotify", Dead: 2}, {Kind: "x", Dead: 1},
@@ -225,10 +234,10 @@ func TestCheck(t *testing.T) {
 	breaches, summary := s.Check(stats.Thresholds{MaxDead: i64(10), MaxOldest: dur(time.Minute), MaxNotifyQueue: f64(0.5)})
 	require.Equal(t, []string{
 		`dead jobs: 16 > 10 ("mail" 10, "sms" 3, "push\nnotify" 2, 1 more)`,
-		`oldest runnable job: waited 1m15.25s in queue "a" > 1m0s`,
+		`oldest runnable job: waited 1m15s in queue "a" > 1m`,
 		`notification queue usage: 0.625 > 0.5`,
 	}, breaches)
-	require.Equal(t, "dead jobs 16 (max 10), oldest runnable job waited 1m15.25s (max 1m0s), notification queue usage 0.625 (max 0.5)", summary)
+	require.Equal(t, "dead jobs 16 (max 10), oldest runnable job waited 1m15s (max 1m; paused queues left out: held), notification queue usage 0.625 (max 0.5)", summary)
 
 	// Each limit is the largest value still fine.
 	breaches, _ = s.Check(stats.Thresholds{MaxDead: i64(16), MaxOldest: dur(76 * time.Second), MaxNotifyQueue: f64(0.625)})
@@ -238,9 +247,81 @@ func TestCheck(t *testing.T) {
 	require.Equal(t, "dead jobs 16 (max 15)", summary)
 	require.True(t, stats.Thresholds{}.Empty())
 
+	// A pause has a limit of its own.
+	breaches, summary = s.Check(stats.Thresholds{MaxPaused: dur(time.Hour)})
+	require.Equal(t, []string{`queue "held": paused for 2h1m0s > 1h0m0s`}, breaches)
+	require.Equal(t, "longest pause 2h1m0s (max 1h0m0s)", summary)
+	breaches, _ = s.Check(stats.Thresholds{MaxPaused: dur(3 * time.Hour)})
+	require.Empty(t, breaches)
+
+	// Work nobody serves.
+	s.Unhandled = []stats.Unhandled{{Queue: "mail", Kind: "sned", Pending: 7}, {Queue: "a", Kind: "x", Pending: 1}}
+	s.OrphanedTasks = []stats.OrphanedTask{{Task: "nightly"}}
+	breaches, summary = s.Check(stats.Thresholds{MaxUnhandled: i64(0), MaxOrphanedTasks: i64(0)})
+	require.Equal(t, []string{
+		`pending jobs no live worker handles: 8 > 0 ("sned" on mail 7, "x" on a 1)`,
+		`recurring tasks no live worker schedules: 1 > 0 ("nightly")`,
+	}, breaches)
+	require.Equal(t, "pending jobs no live worker handles 8 (max 0), recurring tasks no live worker schedules 1 (max 0)", summary)
+	breaches, _ = s.Check(stats.Thresholds{MaxUnhandled: i64(8), MaxOrphanedTasks: i64(1)})
+	require.Empty(t, breaches)
+
 	empty := &stats.Snapshot{}
-	breaches, _ = empty.Check(stats.Thresholds{MaxDead: i64(0), MaxOldest: dur(0), MaxNotifyQueue: f64(0)})
-	require.Empty(t, breaches, "nothing waiting, nothing dead")
+	breaches, _ = empty.Check(stats.Thresholds{MaxDead: i64(0), MaxOldest: dur(0), MaxNotifyQueue: f64(0),
+		MaxUnhandled: i64(0), MaxOrphanedTasks: i64(0), MaxPaused: dur(0)})
+	require.Empty(t, breaches, "nothing waiting, nothing dead, nothing unserved, nothing paused")
+}
+
+// Pending jobs of a kind no live worker of their queue handles, and
+// recurring tasks no live worker schedules, are listed and warned about;
+// a worker that missed three refreshes serves nothing.
+func TestCollectUnservedWork(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	exec(t, db, `INSERT INTO fila_workers (id, host, pid, queues, kinds, mode, wake_source, liveness_interval, last_seen_at, recurring) VALUES
+		('h1/1/a', 'h1', 1, '{mail}', '{send,sms-old}', 'notify', 'up', interval '5 seconds', now(), '{}'),
+		('h2/2/b', 'h2', 2, '{reports,mail}', '{report}', 'notify', 'up', interval '5 seconds', now() - interval '9 seconds', '{nightly}'),
+		('h3/3/c', 'h3', 3, '{mail}', '{sms}', 'notify', 'up', interval '5 seconds', now() - interval '16 seconds', '{weekly}');
+		INSERT INTO fila_jobs (queue, kind, run_at) VALUES
+		('mail', 'send', now()),
+		('mail', 'sned', now() - interval '1 minute'), ('mail', 'sned', now()), ('mail', 'sned', now() + interval '1 hour'),
+		('mial', 'send', now()), ('mial', 'send', now()),
+		('mail', 'sms', now()),
+		('reports', 'report', now() + interval '1 day');
+		INSERT INTO fila_recurring (task, schedule, kind, queue, last_slot, next_slot) VALUES
+		('nightly', '0 2 * * *', 'report', 'reports', now() - interval '22 hours', now() + interval '2 hours'),
+		('weekly', '0 3 * * 1', 'report', 'reports', NULL, now() + interval '3 days'),
+		('retired', '@every 60s', 'tick', 'default', now() - interval '2 hours', now() - interval '119 minutes')`)
+
+	s, err := stats.Collect(context.Background(), db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.GoneWorkers)
+	require.Equal(t, []stats.Unhandled{
+		{Queue: "mail", Kind: "sned", Pending: 3, Runnable: 2, HandledOn: []string{}},
+		{Queue: "mial", Kind: "send", Pending: 2, Runnable: 2, HandledOn: []string{"mail"}},
+		{Queue: "mail", Kind: "sms", Pending: 1, Runnable: 1, HandledOn: []string{}},
+	}, s.Unhandled)
+	require.Equal(t, int64(6), s.UnhandledJobs())
+	require.Len(t, s.OrphanedTasks, 2)
+	require.Equal(t, "retired", s.OrphanedTasks[0].Task)
+	require.Equal(t, "tick", s.OrphanedTasks[0].Kind)
+	require.Equal(t, "default", s.OrphanedTasks[0].Queue)
+	require.Equal(t, "weekly", s.OrphanedTasks[1].Task, "its only scheduler is gone")
+	require.Len(t, s.Warnings, 5)
+	require.Equal(t, []string{
+		`3 pending jobs of kind "sned" on queue mail: no live worker handles it (2 due now)`,
+		`2 pending jobs of kind "send" on queue mial: no live worker handles it; live workers handle it on queue mail`,
+		`1 pending job of kind "sms" on queue mail: no live worker handles it`,
+	}, s.Warnings[:3])
+	require.Regexp(t, `^recurring task "retired" \(kind "tick" on queue default\) is orphaned: no live worker schedules it, and its slot of \S+ passed 1h59m\d+s ago without a job; start a worker that declares it, or delete it \(fila recurring delete\)$`, s.Warnings[3])
+	require.Equal(t, `recurring task "weekly" (kind "report" on queue reports) is orphaned: no live worker schedules it; start a worker that declares it, or delete it (fila recurring delete)`, s.Warnings[4])
+
+	// The worker comes back: its kind and task are served again.
+	exec(t, db, `UPDATE fila_workers SET last_seen_at = now() WHERE id = 'h3/3/c'`)
+	s, err = stats.Collect(context.Background(), db.Pool)
+	require.NoError(t, err)
+	require.Len(t, s.Unhandled, 2)
+	require.Len(t, s.OrphanedTasks, 1)
 }
 
 const workers = `INSERT INTO fila_workers (id, host, pid, queues, kinds, mode, wake_source, wake_error, started_at, last_seen_at) VALUES

@@ -15,11 +15,13 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fila-run/fila/internal/pgconfig"
@@ -117,4 +119,107 @@ func New(t testing.TB) *DB {
 		t.Fatalf("testdb: pool: %v", err)
 	}
 	return db
+}
+
+// SetDefault sets a session default of the database (ALTER DATABASE … SET),
+// which only sessions opened afterwards take. Behind PgBouncer the pooler
+// keeps its server sessions, opened before, so it is told to replace them
+// (RECONNECT on its admin console), and SetDefault waits until a session
+// through it shows the new value. Pools opened before keep their sessions.
+func (db *DB) SetDefault(t testing.TB, setting, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ident := pgx.Identifier{db.Name}.Sanitize()
+	if _, err := admin(t).Exec(ctx, "ALTER DATABASE "+ident+" SET "+pgx.Identifier{setting}.Sanitize()+" = "+quoteLiteral(value)); err != nil {
+		t.Fatalf("testdb: set %s on %s: %v", setting, db.Name, err)
+	}
+	want := readSetting(ctx, t, db.DirectDSN, setting)
+	pb := os.Getenv("FILA_TEST_PGBOUNCER_URL")
+	if pb == "" {
+		return
+	}
+	console, err := pgconn.Connect(ctx, WithDatabase(t, pb, "pgbouncer"))
+	if err != nil {
+		t.Fatalf("testdb: PgBouncer's admin console: %v", err)
+	}
+	defer console.Close(context.Background())
+	// RECONNECT closes each server connection once it is released, idle
+	// ones at PgBouncer's next pass: until every connection opened before
+	// it is gone, a client may still be given a session with the old value.
+	old := serverPIDs(ctx, t, console, db.Name)
+	if _, err := console.Exec(ctx, "RECONNECT "+db.Name).ReadAll(); err != nil {
+		t.Fatalf("testdb: RECONNECT %s on PgBouncer: %v", db.Name, err)
+	}
+	for {
+		left := 0
+		for pid := range serverPIDs(ctx, t, console, db.Name) {
+			if old[pid] {
+				left++
+			}
+		}
+		got := readSetting(ctx, t, db.DSN, setting)
+		if left == 0 && got == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testdb: through PgBouncer, %d server connections from before RECONNECT remain and a session has %s = %q, not %q",
+				left, setting, got, want)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// serverPIDs returns the backend pids of PgBouncer's server connections to
+// the named database, from its admin console's SHOW SERVERS.
+func serverPIDs(ctx context.Context, t testing.TB, console *pgconn.PgConn, dbname string) map[string]bool {
+	t.Helper()
+	res, err := console.Exec(ctx, "SHOW SERVERS").ReadAll()
+	if err != nil || len(res) == 0 {
+		t.Fatalf("testdb: SHOW SERVERS on PgBouncer: %v", err)
+	}
+	dbCol, pidCol := -1, -1
+	for i, f := range res[0].FieldDescriptions {
+		switch f.Name {
+		case "database":
+			dbCol = i
+		case "remote_pid":
+			pidCol = i
+		}
+	}
+	if dbCol < 0 || pidCol < 0 {
+		t.Fatalf("testdb: SHOW SERVERS has no database or remote_pid column")
+	}
+	pids := map[string]bool{}
+	for _, row := range res[0].Rows {
+		if string(row[dbCol]) == dbname {
+			pids[string(row[pidCol])] = true
+		}
+	}
+	return pids
+}
+
+// readSetting opens a session of its own and reads one setting's value.
+func readSetting(ctx context.Context, t testing.TB, dsn, setting string) string {
+	t.Helper()
+	cfg, err := pgconfig.Conn(dsn)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testdb: connect to read %s: %v", setting, err)
+	}
+	defer conn.Close(context.Background())
+	var v string
+	if err := conn.QueryRow(ctx, "SELECT current_setting($1)", setting).Scan(&v); err != nil {
+		t.Fatalf("testdb: read %s: %v", setting, err)
+	}
+	return v
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

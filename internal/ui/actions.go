@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -35,6 +36,9 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request) (caller, bool
 	switch {
 	case !c.admin && r.Header.Get("Authorization") != "":
 		s.refuse(w, r, http.StatusForbidden, "the Authorization header does not carry the admin token")
+		return c, false
+	case c.role == roleRead:
+		s.refuse(w, r, http.StatusForbidden, "the read token lets you read, not act: log in with the admin token")
 		return c, false
 	case !c.admin:
 		s.refuse(w, r, http.StatusForbidden, "log in with the admin token to act: without it the dashboard is read-only")
@@ -128,17 +132,25 @@ func describeChange(op string, res runtime.ChangeResult) string {
 			fmt.Fprintf(&b, "; job %d runs at %s, once its cancelled attempt's lease has ended", c.ID, c.RunsAt.UTC().Format("15:04:05 UTC"))
 		}
 	}
-	for _, sk := range res.Skipped {
+	for i, sk := range res.Skipped {
+		if i == flashReasons {
+			fmt.Fprintf(&b, "; and %d more jobs left alone", len(res.Skipped)-flashReasons)
+			break
+		}
 		b.WriteString("; " + sk.Reason)
 	}
 	return b.String()
 }
 
+// flashReasons is how many skipped jobs a flash names, each with its
+// reason: the flash is one line.
+const flashReasons = 5
+
 func (s *server) retryDeadAction(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authorize(w, r); !ok {
 		return
 	}
-	f := runtime.JobFilter{State: "dead", Kind: strings.TrimSpace(r.PostForm.Get("kind")), Queue: strings.TrimSpace(r.PostForm.Get("queue"))}
+	f := runtime.JobFilter{State: runtime.StateDead, Kind: strings.TrimSpace(r.PostForm.Get("kind")), Queue: strings.TrimSpace(r.PostForm.Get("queue"))}
 	ctx, cancel := s.queryContext(r)
 	defer cancel()
 	res, err := runtime.RetryWhere(ctx, s.pool, f)
@@ -150,8 +162,48 @@ func (s *server) retryDeadAction(w http.ResponseWriter, r *http.Request) {
 	if f.Kind != "" {
 		what = "dead jobs of kind " + f.Kind
 	}
-	s.log.Info("dead jobs retried", zap.String("kind", f.Kind), zap.String("queue", f.Queue), zap.Int("jobs", len(res.Changed)))
-	s.done(w, r, res, fmt.Sprintf("retried %d %s", len(res.Changed), what))
+	s.log.Info("dead jobs retried", zap.String("kind", f.Kind), zap.String("queue", f.Queue), zap.Int("jobs", len(res.Changed)),
+		zap.Int("skipped", len(res.Skipped)))
+	flash := fmt.Sprintf("retried %d %s", len(res.Changed), what)
+	if len(res.Skipped) > 0 {
+		// The count of moved jobs heads the line; the reasons follow.
+		flash += strings.TrimPrefix(describeChange("retry", runtime.ChangeResult{Skipped: res.Skipped}), "no job retried")
+	}
+	s.done(w, r, res, flash)
+}
+
+// deleteDeadAction deletes every dead job of a kind (or of every kind)
+// and queue, as the dead jobs page asks.
+func (s *server) deleteDeadAction(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r); !ok {
+		return
+	}
+	f := runtime.JobFilter{State: runtime.StateDead, Kind: strings.TrimSpace(r.PostForm.Get("kind")), Queue: strings.TrimSpace(r.PostForm.Get("queue"))}
+	ctx, cancel := s.queryContext(r)
+	defer cancel()
+	res, err := runtime.DeleteWhere(ctx, s.pool, f)
+	if err != nil {
+		s.fail(w, r, "delete dead jobs", err)
+		return
+	}
+	what := "dead jobs"
+	if f.Kind != "" {
+		what = "dead jobs of kind " + f.Kind
+	}
+	if f.Queue != "" {
+		what += " in queue " + f.Queue
+	}
+	s.log.Info("dead jobs deleted", zap.String("kind", f.Kind), zap.String("queue", f.Queue), zap.Int("jobs", len(res.Changed)),
+		zap.Int("skipped", len(res.Skipped)))
+	flash := fmt.Sprintf("deleted %d %s", len(res.Changed), what)
+	if len(res.Skipped) > 0 {
+		flash += strings.TrimPrefix(describeChange("delete", runtime.ChangeResult{Skipped: res.Skipped}), "no job deleted")
+	}
+	// The page of a kind whose dead jobs are all gone is empty: go to all.
+	if back := r.PostForm.Get("back"); strings.HasPrefix(back, "/dead") && len(res.Skipped) == 0 {
+		r.PostForm.Set("back", "/dead")
+	}
+	s.done(w, r, res, flash)
 }
 
 func (s *server) queueAction(w http.ResponseWriter, r *http.Request) {
@@ -193,23 +245,43 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, http.StatusBadRequest, "the form could not be read: "+err.Error())
 		return
 	}
-	if !s.auth.enabled() {
+	if !s.auth.tokens() {
 		s.refuse(w, r, http.StatusForbidden, readOnlyReason)
 		return
 	}
 	back := localPath(r.PostForm.Get("back"), "/")
-	if !s.auth.tokenMatches(r.PostForm.Get("token")) {
-		s.log.Warn("login refused: wrong admin token", zap.String("remote_addr", r.RemoteAddr))
+	now, key := s.now(), clientKey(r)
+	// A refused address is not told whether its token is right.
+	if wait := s.auth.throttle.wait(key, now); wait > 0 {
+		s.throttled(w, r, wait)
+		return
+	}
+	ro := s.auth.match(r.PostForm.Get("token"))
+	if ro == roleNone {
+		wait := s.auth.throttle.fail(key, now)
+		s.log.Warn("login refused: wrong token", zap.String("remote_addr", r.RemoteAddr), zap.Duration("refused_for", wait))
 		p := s.newPage(w, r, "Log in", "login")
 		p.Data = back
 		p.Flash = "that is not the admin token"
+		if s.auth.read != nil {
+			p.Flash = "that is neither the admin nor the read token"
+		}
+		if wait > 0 {
+			p.Flash += fmt.Sprintf("; too many wrong tokens from your address: try again in %d s", max(int(wait.Round(time.Second)/time.Second), 1))
+			w.Header().Set("Retry-After", strconv.Itoa(max(int(wait.Round(time.Second)/time.Second), 1)))
+		}
 		s.render(w, http.StatusForbidden, "login", p)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.auth.newSession(s.now()), Path: "/",
+	s.auth.throttle.forgive(key)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.auth.newSession(now, ro), Path: "/",
 		MaxAge: int(s.opts.SessionTTL.Seconds()), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-	s.log.Info("logged in", zap.String("remote_addr", r.RemoteAddr))
-	setFlash(w, "logged in: actions are enabled")
+	s.log.Info("logged in", zap.String("remote_addr", r.RemoteAddr), zap.String("role", roleNames[ro]))
+	if ro == roleAdmin {
+		setFlash(w, "logged in: actions are enabled")
+	} else {
+		setFlash(w, "logged in to read")
+	}
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
 

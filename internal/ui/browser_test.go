@@ -18,6 +18,7 @@ import (
 
 	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/internal/testrt"
+	"github.com/fila-run/fila/internal/ui"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -185,16 +186,26 @@ func TestBrowserRetriesDeadJob(t *testing.T) {
 	require.Equal(t, 403, postFromPage(t, tab, retryForm))
 	require.Equal(t, "dead", jobState(t, db, id))
 
-	// With a token but not logged in: still refused.
-	const token = "browser-test-token"
-	admin := serve(t, db, token)
-	within(t, tab, 30*time.Second, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", admin.URL, id)), chromedp.WaitVisible(chromedp.ID("state")))
+	// With tokens and not logged in: the job's page is the login form.
+	const token, readToken = "browser-test-token", "browser-read-token"
+	admin := serveWith(t, db, ui.Options{AdminToken: token, ReadToken: readToken})
+	within(t, tab, 30*time.Second, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", admin.URL, id)), chromedp.WaitVisible(chromedp.ID("token")))
+	require.NotContains(t, text(t, tab, "body"), "card declined", "nothing of the job before logging in")
+	require.Equal(t, 403, postFromPage(t, tab, retryForm))
+
+	// The read token shows the job, and acts on nothing.
+	within(t, tab, 30*time.Second,
+		chromedp.SendKeys(chromedp.ID("token"), readToken),
+		chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("state")),
+	)
 	require.Equal(t, "dead", text(t, tab, "#state"))
 	require.Contains(t, text(t, tab, "#errors"), "card declined")
+	require.Equal(t, "Viewing", text(t, tab, "#mode"))
 	require.Equal(t, 403, postFromPage(t, tab, retryForm))
 	require.Equal(t, "dead", jobState(t, db, id))
 
-	// Log in, switch the handler to succeed, click Retry.
+	// Log in as the admin, switch the handler to succeed, click Retry.
 	within(t, tab, 30*time.Second,
 		chromedp.Click(chromedp.CSS(`a[href^="/login"]`)),
 		chromedp.WaitVisible(chromedp.ID("token")),

@@ -46,10 +46,16 @@ var (
 )
 
 // serve starts the dashboard on db with the given admin token ("" for
-// read-only).
+// read-only), its pages readable without logging in (PublicRead).
 func serve(t *testing.T, db *testdb.DB, token string) *httptest.Server {
 	t.Helper()
-	h, err := ui.New(db.Pool, ui.Options{AdminToken: token}, zaptest.NewLogger(t))
+	return serveWith(t, db, ui.Options{AdminToken: token, PublicRead: true})
+}
+
+// serveWith starts the dashboard on db with opts.
+func serveWith(t *testing.T, db *testdb.DB, opts ui.Options) *httptest.Server {
+	t.Helper()
+	h, err := ui.New(db.Pool, opts, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -31,8 +31,11 @@ type overview struct {
 	Charts                 charts
 	// OldestQueue is the queue whose oldest runnable job has waited
 	// longest, OldestRunnable how long; "" when nothing is runnable.
+	// Paused queues are left out: PausedWaiting lists those with runnable
+	// jobs.
 	OldestQueue    string
 	OldestRunnable time.Duration
+	PausedWaiting  []queueRow
 }
 
 // queueRow is one queue's depth per state.
@@ -41,6 +44,7 @@ type queueRow struct {
 	Paused               bool
 	Runnable, Scheduled  int64
 	Running, Expired     int64
+	Waiting, Blocked     int64
 	OldestRunnable       time.Duration
 	HasRunnable, HasWork bool
 }
@@ -83,6 +87,10 @@ func readOverview(ctx context.Context, pool *pgxpool.Pool) (*overview, error) {
 	o := &overview{At: s.At, Recurring: recurring, NotificationQueueUsage: s.NotificationQueueUsage,
 		Completed: s.Completed.Jobs, CompletedEstimate: s.Completed.Estimate, Cancelled: s.Cancelled,
 		GoneWorkers: s.GoneWorkers, Warnings: slices.Clone(s.Warnings)}
+	for _, b := range s.Blocked {
+		o.Warnings = append(o.Warnings, fmt.Sprintf("sequence %s is blocked: job %d waits behind dead job %d (retry or delete it to go on)",
+			b.Sequence, b.NextJob, b.DeadJob))
+	}
 	byName := map[string]*queueRow{}
 	row := func(name string) *queueRow {
 		q := byName[name]
@@ -95,6 +103,7 @@ func readOverview(ctx context.Context, pool *pgxpool.Pool) (*overview, error) {
 	for _, sq := range s.Queues {
 		q := row(sq.Queue)
 		q.Runnable, q.Scheduled, q.Running, q.Expired = sq.Runnable, sq.Scheduled, sq.Running, sq.ExpiredLeases
+		q.Waiting, q.Blocked = sq.Waiting, sq.Blocked
 		q.OldestRunnable = time.Duration(sq.OldestRunnableSeconds * float64(time.Second))
 		if sq.ExpiredLeases > 0 {
 			o.Warnings = append(o.Warnings, fmt.Sprintf("queue %s: %d running jobs are past their lease (their worker died or stalled); the next claim rescues them",
@@ -113,10 +122,15 @@ func readOverview(ctx context.Context, pool *pgxpool.Pool) (*overview, error) {
 	}
 	for _, q := range byName {
 		q.HasRunnable = q.Runnable > 0
-		q.HasWork = q.Runnable+q.Scheduled+q.Running > 0
+		q.HasWork = q.Runnable+q.Scheduled+q.Running+q.Waiting > 0
 		o.Queues = append(o.Queues, *q)
 	}
 	slices.SortFunc(o.Queues, func(a, b queueRow) int { return strings.Compare(a.Queue, b.Queue) })
+	for _, q := range o.Queues {
+		if q.Paused && q.HasRunnable {
+			o.PausedWaiting = append(o.PausedWaiting, q)
+		}
+	}
 	for _, d := range s.Dead {
 		o.Dead = append(o.Dead, deadKind{Kind: d.Kind, Dead: d.Dead, LastError: d.LastError})
 	}

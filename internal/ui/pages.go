@@ -1,8 +1,7 @@
 package ui
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"html/template"
@@ -13,7 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
 	"github.com/fila-run/fila/internal/channel"
+	"github.com/fila-run/fila/internal/jsonpreview"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -34,15 +37,16 @@ func (s *server) overviewPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, http.StatusOK, "overview", p)
 }
 
-// jobSearch is the jobs page's form.
+// jobSearch is the jobs page's form. Tag and Meta (KEY=VALUE, the value
+// a JSON string) select by the indexes on tags and metadata.
 type jobSearch struct {
-	ID, Kind, State, Queue string
-	Before                 int64
+	ID, Kind, State, Queue, Tag, Meta string
+	Before                            int64
 }
 
 func (q jobSearch) query(before int64) string {
 	v := url.Values{}
-	for k, val := range map[string]string{"kind": q.Kind, "state": q.State, "queue": q.Queue} {
+	for k, val := range map[string]string{"kind": q.Kind, "state": q.State, "queue": q.Queue, "tag": q.Tag, "meta": q.Meta} {
 		if val != "" {
 			v.Set(k, val)
 		}
@@ -56,7 +60,13 @@ func (q jobSearch) query(before int64) string {
 // jobList is a page of jobs.
 type jobList struct {
 	Search jobSearch
+	// States are what the state may be: every state, and the scheduled and
+	// retrying views of pending (runtime.ListStates).
 	States []string
+	// Heading names the listing: "Jobs", or the view it shows.
+	Heading string
+	// Paused is set when the listing is of one queue, and it is paused.
+	Paused *pausedQueue
 	Jobs   []runtime.JobRow
 	// Next is the query of the next (older) page, "" on the last one; it
 	// is built by url.Values.Encode, so it is a query as it stands.
@@ -67,11 +77,28 @@ type jobList struct {
 	Problem   string
 }
 
+// pausedQueue is a paused queue, for a listing's banner.
+type pausedQueue struct {
+	Queue string
+	For   time.Duration
+}
+
+// pausedSinceSQL reads how long a queue has been paused, if it is.
+const pausedSinceSQL = `SELECT now() - updated_at FROM fila_queues WHERE queue = $1::text AND paused`
+
+// viewHeadings name the listings the navigation links to.
+var viewHeadings = map[string]string{
+	runtime.StateRunning:   "Running jobs",
+	runtime.StateScheduled: "Scheduled jobs: pending, due later",
+	runtime.StateRetrying:  "Retrying jobs: pending again after a failed attempt",
+}
+
 func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	search := jobSearch{ID: strings.TrimSpace(q.Get("id")), Kind: strings.TrimSpace(q.Get("kind")),
-		State: q.Get("state"), Queue: strings.TrimSpace(q.Get("queue"))}
-	list := &jobList{Search: search, States: runtime.JobStates()}
+		State: q.Get("state"), Queue: strings.TrimSpace(q.Get("queue")),
+		Tag: strings.TrimSpace(q.Get("tag")), Meta: strings.TrimSpace(q.Get("meta"))}
+	list := &jobList{Search: search, States: runtime.ListStates(), Heading: "Jobs"}
 	if search.ID != "" {
 		id, err := strconv.ParseInt(strings.TrimPrefix(search.ID, "#"), 10, 64)
 		if err != nil || id <= 0 {
@@ -96,9 +123,21 @@ func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
 			list.Problem = err.Error()
 		}
 	}
+	var meta map[string]any
+	if search.Meta != "" && list.Problem == "" {
+		k, v, ok := strings.Cut(search.Meta, "=")
+		if !ok || k == "" {
+			list.Problem = fmt.Sprintf("metadata %q is not KEY=VALUE", search.Meta)
+		}
+		meta = map[string]any{k: v}
+	}
 	list.Search = search
-	list.Unindexed = search.State == "" && (search.Kind != "" || search.Queue != "")
-	p := s.newPage(w, r, "Jobs", "jobs")
+	list.Unindexed = search.State == "" && search.Tag == "" && search.Meta == "" && (search.Kind != "" || search.Queue != "")
+	nav := "jobs"
+	if h, ok := viewHeadings[search.State]; ok && list.Problem == "" {
+		list.Heading, nav = h, search.State
+	}
+	p := s.newPage(w, r, list.Heading, nav)
 	p.Data = list
 	if list.Problem != "" {
 		s.render(w, http.StatusBadRequest, "jobs", p)
@@ -106,8 +145,19 @@ func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.queryContext(r)
 	defer cancel()
+	if search.Queue != "" {
+		var paused time.Duration
+		err := s.pool.QueryRow(ctx, pausedSinceSQL, search.Queue).Scan(&paused)
+		switch {
+		case err == nil:
+			list.Paused = &pausedQueue{Queue: search.Queue, For: paused}
+		case !errors.Is(err, pgx.ErrNoRows):
+			s.fail(w, r, "reading whether the queue is paused", err)
+			return
+		}
+	}
 	jobs, err := runtime.ListJobs(ctx, s.pool, runtime.JobFilter{State: search.State, Kind: search.Kind,
-		Queue: search.Queue, BeforeID: search.Before, Limit: pageSize})
+		Queue: search.Queue, Tag: search.Tag, Metadata: meta, BeforeID: search.Before, Limit: pageSize})
 	if err != nil {
 		s.fail(w, r, "searching jobs", err)
 		return
@@ -121,14 +171,22 @@ func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
 
 // jobDetail is one job with what the page derives from it.
 type jobDetail struct {
-	Job     *runtime.JobRow
-	Payload string
+	Job *runtime.JobPreview
+	// Payload is the payload indented, within the page's limits; Cut and
+	// Elided say what it leaves out (PreviewBytes, PreviewDepth).
+	Payload                    string
+	PayloadCut, PayloadElided  bool
+	PreviewBytes, PreviewDepth int
 	// Waited is from when the job was due to its last attempt's start;
 	// Ran, that attempt's run time. Nil when unknown.
 	Waited, Ran *time.Duration
-	CanRetry    bool
-	CanCancel   bool
-	CanDelete   bool
+	// Metadata and Output are the job's, indented; "" for none.
+	Metadata, Output string
+	// Flow is the job's place in its flows; nil when it has none.
+	Flow      *runtime.JobFlow
+	CanRetry  bool
+	CanCancel bool
+	CanDelete bool
 }
 
 func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
@@ -139,7 +197,7 @@ func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.queryContext(r)
 	defer cancel()
-	job, err := runtime.GetJob(ctx, s.pool, id)
+	job, err := runtime.PreviewJob(ctx, s.pool, id, 2*s.opts.PayloadPreviewBytes)
 	if errors.Is(err, runtime.ErrJobNotFound) {
 		s.message(w, r, http.StatusNotFound, "No such job", fmt.Sprintf("job %d does not exist (it may have been deleted, or removed by retention once completed)", id))
 		return
@@ -148,10 +206,30 @@ func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Sprintf("reading job %d", id), err)
 		return
 	}
-	d := &jobDetail{Job: job, Payload: prettyJSON(job.Payload),
-		CanRetry:  job.State == "dead" || job.State == "cancelled",
-		CanCancel: job.State == "pending" || job.State == "running",
-		CanDelete: job.State != "running"}
+	preview := jsonpreview.Indent([]byte(job.PayloadText), !job.PayloadCut, "", "  ",
+		jsonpreview.Limits{MaxBytes: s.opts.PayloadPreviewBytes, MaxDepth: s.opts.PayloadPreviewDepth})
+	d := &jobDetail{Job: job, Payload: preview.Text, PayloadCut: preview.Cut, PayloadElided: preview.Elided,
+		PreviewBytes: s.opts.PayloadPreviewBytes, PreviewDepth: s.opts.PayloadPreviewDepth,
+		CanRetry: runtime.CanRetry(job.State), CanCancel: runtime.CanCancel(job.State),
+		CanDelete: runtime.CanDelete(job.State)}
+	flow, err := runtime.GetJobFlow(ctx, s.pool, id)
+	if err != nil {
+		s.fail(w, r, fmt.Sprintf("reading job %d's flows", id), err)
+		return
+	}
+	if flow.Any {
+		d.Flow = &flow
+	}
+	// Both are bounded (runtime.MetadataMaxBytes, runtime.OutputMax): the
+	// page shows them whole.
+	for _, f := range []struct {
+		raw []byte
+		to  *string
+	}{{job.Metadata, &d.Metadata}, {job.Output, &d.Output}} {
+		if f.raw != nil {
+			*f.to = jsonpreview.Indent(f.raw, true, "", "  ", jsonpreview.Limits{MaxBytes: 1 << 20, MaxDepth: 64}).Text
+		}
+	}
 	if job.StartedAt != nil {
 		due := job.CreatedAt
 		if job.RunAt.After(due) {
@@ -171,25 +249,64 @@ func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, http.StatusOK, "job", p)
 }
 
-// prettyJSON indents a payload for reading; the template shows it as text.
-func prettyJSON(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Indent(&b, raw, "", "  "); err != nil {
-		return string(raw)
+// payloadDownload streams a job's payload whole, as a JSON file to save:
+// a chunk at a time (runtime.WriteJobPayload), never built in memory,
+// and at most downloadsMax at once.
+func (s *server) payloadDownload(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		s.message(w, r, http.StatusBadRequest, "No such job", fmt.Sprintf("job id %q is not a positive whole number", r.PathValue("id")))
+		return
 	}
-	return b.String()
+	select {
+	case s.downloads <- struct{}{}:
+		defer func() { <-s.downloads }()
+	default:
+		w.Header().Set("Retry-After", "10")
+		s.message(w, r, http.StatusServiceUnavailable, "Busy", fmt.Sprintf("%d payloads are being downloaded already; try again in a moment", downloadsMax))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), downloadTimeout)
+	defer cancel()
+	_, err = runtime.WriteJobPayload(ctx, s.pool, id, w, func(size int64) error {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="fila-job-%d-payload.json"`, id))
+		h.Set("Content-Length", strconv.FormatInt(size, 10))
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		return nil
+	})
+	switch {
+	case errors.Is(err, runtime.ErrJobNotFound):
+		s.message(w, r, http.StatusNotFound, "No such job", fmt.Sprintf("job %d does not exist (it may have been deleted, or removed by retention once completed)", id))
+	case err != nil && w.Header().Get("Content-Length") == "":
+		s.fail(w, r, fmt.Sprintf("reading job %d's payload", id), err)
+	case err != nil:
+		// The headers are out: all that is left is to cut the response
+		// short, which the browser reports as a failed download.
+		s.log.Warn("payload download cut short", zap.Int64("job_id", id), zap.Error(err))
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // deadList is the dead jobs page.
 type deadList struct {
 	Kinds []deadKind
-	Kind  string
-	Jobs  []runtime.JobRow
-	Next  template.URL // as jobList.Next
+	// MoreKinds is true when more kinds have dead jobs than deadKindsShown.
+	MoreKinds bool
+	Kind      string
+	Jobs      []runtime.JobRow
+	Next      template.URL // as jobList.Next
 }
 
-// deadKindsSQL counts dead jobs per kind from fila_jobs_dead_idx alone.
-const deadKindsSQL = `SELECT kind, count(*) FROM fila_jobs WHERE state = 'dead' GROUP BY kind ORDER BY count(*) DESC, kind`
+// deadKindsSQL counts dead jobs per kind from fila_jobs_dead_idx alone,
+// the $1 kinds with the most.
+const deadKindsSQL = `SELECT kind, count(*) FROM fila_jobs WHERE state = 'dead' GROUP BY kind ORDER BY count(*) DESC, kind LIMIT $1::int`
+
+// deadKindsShown bounds the kinds the dead jobs page lists: kinds are
+// written by whoever enqueues, and need not be few.
+const deadKindsShown = 100
 
 func (s *server) deadPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -204,7 +321,7 @@ func (s *server) deadPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.queryContext(r)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, deadKindsSQL)
+	rows, err := s.pool.Query(ctx, deadKindsSQL, deadKindsShown+1)
 	if err != nil {
 		s.fail(w, r, "counting dead jobs", err)
 		return
@@ -223,7 +340,10 @@ func (s *server) deadPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "counting dead jobs", err)
 		return
 	}
-	d.Jobs, err = runtime.ListJobs(ctx, s.pool, runtime.JobFilter{State: "dead", Kind: d.Kind, BeforeID: before, Limit: pageSize})
+	if len(d.Kinds) > deadKindsShown {
+		d.Kinds, d.MoreKinds = d.Kinds[:deadKindsShown], true
+	}
+	d.Jobs, err = runtime.ListJobs(ctx, s.pool, runtime.JobFilter{State: runtime.StateDead, Kind: d.Kind, BeforeID: before, Limit: pageSize})
 	if err != nil {
 		s.fail(w, r, "listing dead jobs", err)
 		return
@@ -252,6 +372,14 @@ var templateFuncs = template.FuncMap{
 	"ago": func(d time.Duration) string { return formatDuration(d) },
 	"since": func(t, now time.Time) string {
 		return formatDuration(now.Sub(t))
+	},
+	// elapsed is how long ago a time of a row was, on the clock the row
+	// was read by.
+	"elapsed": func(t *time.Time, now time.Time) string {
+		if t == nil {
+			return "—"
+		}
+		return formatDuration(now.Sub(*t))
 	},
 	"time": func(t any) string {
 		switch v := t.(type) {
@@ -290,8 +418,9 @@ var templateFuncs = template.FuncMap{
 		}
 		return s
 	},
-	"pct":  func(f float64) string { return fmt.Sprintf("%.2f%%", f*100) },
-	"join": strings.Join,
+	"pct":   func(f float64) string { return fmt.Sprintf("%.2f%%", f*100) },
+	"int64": func(n int) int64 { return int64(n) },
+	"join":  strings.Join,
 	"dict": func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for i := 0; i+1 < len(kv); i += 2 {

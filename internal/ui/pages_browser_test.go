@@ -73,6 +73,12 @@ func TestBrowserPagesOfABusyQueue(t *testing.T) {
 	}
 	_, err := runtime.InsertMany(ctx, db.Pool, jobs)
 	require.NoError(t, err)
+	// A charge whose first attempt failed, due again in an hour: both
+	// scheduled and retrying.
+	var retrying int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, attempts, max_attempts, run_at, last_error, payload)
+		VALUES ('charge', 1, 3, now() + interval '1 hour', 'payment gateway timeout after 10s (attempt 1)', '{"order": 4400, "card": "timeout"}')
+		RETURNING id`).Scan(&retrying))
 	_, err = runtime.InsertMany(ctx, db.Pool, []runtime.InsertParams{
 		{Kind: "render-report", Payload: map[string]any{"report": "quarterly"}, InsertOpts: runtime.InsertOpts{Queue: "reports"}},
 		{Kind: "render-report", Payload: map[string]any{"report": "yearly"}, InsertOpts: runtime.InsertOpts{Queue: "reports"}},
@@ -98,11 +104,12 @@ func TestBrowserPagesOfABusyQueue(t *testing.T) {
 	for _, q := range []string{"default", "mail", "reports", "webhooks"} {
 		require.Contains(t, queues, q)
 	}
-	require.Regexp(t, `reports\s+2\s+0\s+0\s+[\d.]+ (ms|s)\s+paused`, text(t, tab, `tr[data-queue="reports"]`))
+	require.Regexp(t, `reports\s+2\s+0\s+0\s+0\s+[\d.]+ (ms|s)\s+paused`, text(t, tab, `tr[data-queue="reports"]`))
 	require.Regexp(t, `mail\s+0\s+12\s+0`, text(t, tab, `tr[data-queue="mail"]`))
 	require.Regexp(t, `webhooks\s+0\s+0\s+2`, text(t, tab, `tr[data-queue="webhooks"]`))
 	require.Regexp(t, `charge\s+5\s+`, text(t, tab, "#dead-kinds"))
-	require.Regexp(t, `^Oldest runnable job: waited [\d.]+ (ms|s) in queue reports$`, text(t, tab, "#oldest"))
+	// reports is paused on purpose: its wait is nobody's delay.
+	require.Equal(t, "No job is waiting to run. Paused queues, left out: reports (2 runnable).", text(t, tab, "#oldest"))
 	require.Contains(t, text(t, tab, "#workers"), "up")
 	within(t, tab, 30*time.Second, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("queues")))
 	bars, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("svg.chart rect.completed").length`))
@@ -117,6 +124,28 @@ func TestBrowserPagesOfABusyQueue(t *testing.T) {
 	require.Equal(t, 12, rows)
 	within(t, tab, 30*time.Second, chromedp.Navigate(srv.URL+"/jobs"), chromedp.WaitVisible(chromedp.ID("jobs")))
 	screenshot(t, tab, "jobs", false)
+
+	// The views the navigation leads to: scheduled (the 12 mails ahead and
+	// the charge waiting to retry), retrying (that charge), running (the
+	// two reports, each with how long it has run and its worker).
+	count := func() int {
+		n, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("#jobs tbody tr").length`))
+		require.NoError(t, err)
+		return n
+	}
+	within(t, tab, 30*time.Second, chromedp.Click(chromedp.CSS(`nav a[href="/jobs?state=scheduled"]`)), chromedp.WaitVisible(chromedp.ID("jobs")))
+	require.Equal(t, "Scheduled jobs: pending, due later", text(t, tab, "h1"))
+	require.Equal(t, 13, count())
+	within(t, tab, 30*time.Second, chromedp.Click(chromedp.CSS(`nav a[href="/jobs?state=retrying"]`)), chromedp.WaitVisible(chromedp.ID("jobs")))
+	require.Equal(t, 1, count())
+	require.Equal(t, fmt.Sprint(retrying), text(t, tab, "#jobs tbody tr td.num a"))
+	within(t, tab, 30*time.Second, chromedp.Click(chromedp.CSS(`nav a[href="/jobs?state=running"]`)), chromedp.WaitVisible(chromedp.ID("jobs")))
+	require.Equal(t, 2, count())
+	var workerID string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM fila_workers`).Scan(&workerID))
+	require.Equal(t, workerID, text(t, tab, "#jobs tbody tr [data-worker]"))
+	require.Regexp(t, `^[\d.]+ (ms|s)$|^\d+m \d\ds$`, text(t, tab, "#jobs tbody tr [data-elapsed]"))
+	screenshot(t, tab, "running", false)
 
 	// A job's detail: payload, the error of every attempt, timings.
 	var timeoutJob int64
@@ -141,6 +170,31 @@ func TestBrowserPagesOfABusyQueue(t *testing.T) {
 	require.Equal(t, "5 selected", text(t, tab, "[data-selected]"))
 	within(t, tab, 30*time.Second, chromedp.Click(chromedp.CSS("#bulk button[value=retry]")))
 	waitForText(t, tab, 30*time.Second, "#flash", "retried 5 jobs")
+
+	// They die again; then every dead charge is deleted at once, the
+	// confirmation accepted.
+	waitFor(t, 60*time.Second, "the retried charges dead again", func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE kind = 'charge' AND state = 'dead'`).Scan(&n))
+		return n == 5
+	})
+	within(t, tab, 30*time.Second, chromedp.Navigate(srv.URL+"/dead?kind=charge"), chromedp.WaitVisible(chromedp.ID("delete-kind")))
+	_, err = chromedp.Run(tab, chromedp.Evaluate[bool](`window.confirm = () => true; true`))
+	require.NoError(t, err)
+	within(t, tab, 30*time.Second, chromedp.Click(chromedp.ID("delete-kind")))
+	waitForText(t, tab, 30*time.Second, "#flash", "deleted 5 dead jobs of kind charge")
+	var dead int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE state = 'dead'`).Scan(&dead))
+	require.Zero(t, dead)
+
+	// The paused queue's listing says so; Resume from its banner.
+	within(t, tab, 30*time.Second, chromedp.Navigate(srv.URL+"/jobs?queue=reports&state=pending"), chromedp.WaitVisible(chromedp.ID("paused-banner")))
+	require.Regexp(t, `^Queue reports is paused \(for [^)]+\): no worker claims its jobs`, text(t, tab, "#paused-banner"))
+	within(t, tab, 30*time.Second, chromedp.Click(chromedp.ID("resume")))
+	waitForText(t, tab, 30*time.Second, "#flash", "resumed queue reports")
+	paused, err := runtime.PausedQueues(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, paused)
 }
 
 // seedHourOfMinutes writes an hour of fila_minutes rows for a worker that

@@ -37,6 +37,7 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 		{"/actions/jobs", url.Values{"op": {"retry"}, "id": {strconv.FormatInt(id, 10)}}},
 		{"/actions/jobs", url.Values{"op": {"delete"}, "id": {strconv.FormatInt(id, 10)}}},
 		{"/actions/retry-dead", url.Values{"kind": {"charge"}}},
+		{"/actions/delete-dead", url.Values{"kind": {"charge"}}},
 		{"/actions/queues", url.Values{"op": {"pause"}, "queue": {"default"}}},
 		{"/login", url.Values{"token": {""}}},
 	} {
@@ -60,7 +61,7 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 func TestActionsNeedSessionAndCSRF(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
-	const token = "s3cret-token"
+	const token = "s3cret-token-0001"
 	ids := []int64{
 		deadJob(t, db, "charge", nil, "card declined"),
 		deadJob(t, db, "charge", nil, "card declined"),
@@ -174,7 +175,7 @@ func TestActionsNeedSessionAndCSRF(t *testing.T) {
 func TestTokenInHeaderForScripts(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
-	const token = "header-token"
+	const token = "header-token-00001"
 	id := deadJob(t, db, "charge", nil, "card declined")
 	mail := deadJob(t, db, "mail", nil, "smtp 550")
 	srv := serve(t, db, token)
@@ -307,4 +308,53 @@ func TestJobSearch(t *testing.T) {
 	code, body = get(t, c, srv.URL+"/jobs/99999999")
 	require.Equal(t, http.StatusNotFound, code)
 	require.Contains(t, body, "job 99999999 does not exist")
+}
+
+// TestRetryReportsHeldUniqueKeys: the dashboard's retry and retry-all go
+// through runtime.Retry and RetryWhere, so a job whose unique key another
+// job holds is named with its reason while the others move.
+func TestRetryReportsHeldUniqueKeys(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	const token = "held-keys-admin-token"
+	keyed := func(state, key string) int64 {
+		var id int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `
+INSERT INTO fila_jobs (kind, state, attempts, max_attempts, finished_at, unique_key, run_at)
+VALUES ('sync', $1::text, CASE WHEN $1::text = 'pending' THEN 0 ELSE 2 END, 2,
+        CASE WHEN $1::text <> 'pending' THEN now() END, $2::text, now() + interval '1 hour')
+RETURNING id`, state, key).Scan(&id))
+		return id
+	}
+	free, held := keyed("dead", "acct:1"), keyed("dead", "acct:2")
+	holder := keyed("pending", "acct:2")
+	srv := serve(t, db, token)
+	c := client(t)
+	csrf := login(t, c, srv, token)
+
+	form := url.Values{"op": {"retry"}, "id": {strconv.FormatInt(free, 10), strconv.FormatInt(held, 10)}, "csrf": {csrf}, "back": {"/dead"}}
+	resp, _ := post(t, c, srv, "/actions/jobs", form, nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	_, body := get(t, c, srv.URL+"/dead")
+	require.Contains(t, body, fmt.Sprintf("retried job %d; job %d: unique key &#34;acct:2&#34; is held by pending job %d", free, held, holder))
+	require.Equal(t, "pending", jobState(t, db, free))
+	require.Equal(t, "dead", jobState(t, db, held))
+
+	other := keyed("dead", "acct:3")
+	resp, _ = post(t, c, srv, "/actions/retry-dead", url.Values{"kind": {"sync"}, "csrf": {csrf}, "back": {"/dead"}}, nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	_, body = get(t, c, srv.URL+"/dead")
+	require.Contains(t, body, fmt.Sprintf("retried 1 dead jobs of kind sync; job %d: unique key &#34;acct:2&#34; is held by pending job %d", held, holder))
+	require.Equal(t, "pending", jobState(t, db, other))
+
+	// A script gets every refused job as data.
+	script := map[string]string{"Authorization": "Bearer " + token, "Sec-Fetch-Site": "", "Origin": ""}
+	resp, body = post(t, c, srv, "/actions/retry-dead", url.Values{"kind": {"sync"}}, script)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	var res runtime.ChangeResult
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	require.Empty(t, res.Changed)
+	require.Len(t, res.Skipped, 1)
+	require.Equal(t, holder, res.Skipped[0].HeldBy)
 }

@@ -101,7 +101,8 @@ var (
 	wakeReasons = [...]runtime.WakeReason{runtime.WakeNotify, runtime.WakeWAL, runtime.WakePoll,
 		runtime.WakeTimer, runtime.WakeSlot}
 	outcomes = [...]runtime.Outcome{runtime.OutcomeCompleted, runtime.OutcomeRetried, runtime.OutcomeDead,
-		runtime.OutcomeCancelled, runtime.OutcomeLeaseLost, runtime.OutcomeReleased, runtime.OutcomeFenced}
+		runtime.OutcomeCancelled, runtime.OutcomeLeaseLost, runtime.OutcomeReleased, runtime.OutcomeFenced,
+		runtime.OutcomeSnoozed}
 )
 
 // queueSeries are one queue's series.
@@ -149,7 +150,7 @@ func New(opts Options) *Metrics {
 		}, []string{"kind"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fila_job_outcomes_total",
-			Help: "Attempts ended, by kind and outcome (completed, retried, dead, cancelled, lease_lost, released, fenced).",
+			Help: "Attempts ended, by kind and outcome (completed, retried, dead, cancelled, lease_lost, released, fenced, snoozed).",
 		}, []string{"kind", "outcome"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fila_claims_total",

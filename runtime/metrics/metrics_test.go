@@ -61,7 +61,7 @@ func TestScrapeOfARealWorker(t *testing.T) {
 	require.GreaterOrEqual(t, f.value(t, "fila_claims_empty_total", "queue", "default"), 1.0)
 	require.GreaterOrEqual(t, f.value(t, "fila_wakeups_total", "queue", "default", "reason", "poll"), 1.0)
 	for _, k := range kinds {
-		for _, o := range []string{"completed", "retried", "dead", "cancelled", "lease_lost", "released", "fenced"} {
+		for _, o := range []string{"completed", "retried", "dead", "cancelled", "lease_lost", "released", "fenced", "snoozed"} {
 			require.Zero(t, f.value(t, "fila_job_outcomes_total", "kind", k, "outcome", o), "%s %s", k, o)
 		}
 		require.Zero(t, f.histogram(t, "fila_job_run_duration_seconds", "kind", k).GetSampleCount())
@@ -109,7 +109,7 @@ func TestScrapeOfARealWorker(t *testing.T) {
 		{"ok", "completed"}: 3, {"fails", "retried"}: 1, {"fails", "dead"}: 1, {"perm", "dead"}: 1,
 	}
 	for _, k := range kinds {
-		for _, o := range []string{"completed", "retried", "dead", "cancelled", "lease_lost", "released", "fenced"} {
+		for _, o := range []string{"completed", "retried", "dead", "cancelled", "lease_lost", "released", "fenced", "snoozed"} {
 			require.Equal(t, outcomes[[2]string{k, o}], f.value(t, "fila_job_outcomes_total", "kind", k, "outcome", o), "%s %s", k, o)
 		}
 	}
@@ -138,9 +138,10 @@ func TestScrapeOfARealWorker(t *testing.T) {
 	// The table's gauges, against the rows. A queue paused now shows at
 	// the next read of the table (StatsMaxAge is 50 ms).
 	require.NoError(t, runtime.PauseQueue(ctx, db.Pool, "other"))
-	time.Sleep(60 * time.Millisecond)
-	f = scrape(t, url)
-	require.Equal(t, 1.0, f.value(t, "fila_queue_paused", "queue", "other"))
+	waitFor(t, 10*time.Second, "the paused queue in a scrape", func() bool {
+		f = scrape(t, url)
+		return f.value(t, "fila_queue_paused", "queue", "other") == 1
+	})
 	require.Zero(t, f.value(t, "fila_queue_paused", "queue", "default"))
 	for queue, want := range map[string]map[string]float64{
 		"default": {"pending": 0, "running": 0},
@@ -157,6 +158,8 @@ func TestScrapeOfARealWorker(t *testing.T) {
 	require.Equal(t, 1.0, f.value(t, "fila_dead_jobs", "kind", "fails"))
 	require.Equal(t, 1.0, f.value(t, "fila_dead_jobs", "kind", "perm"))
 	require.Zero(t, f.value(t, "fila_dead_jobs", "kind", "ok"), "an expected kind without dead jobs")
+	require.Equal(t, 2.0, f.value(t, "fila_queue_dead_jobs", "queue", "default"), "fails and perm died on the default queue")
+	require.Zero(t, f.value(t, "fila_queue_dead_jobs", "queue", "other"), "a known queue without dead jobs")
 	require.Equal(t, 3.0, f.value(t, "fila_completed_jobs"))
 	require.Zero(t, f.value(t, "fila_cancelled_jobs"))
 	require.Zero(t, f.value(t, "fila_expired_leases", "queue", "other"), "rescued")
@@ -201,6 +204,47 @@ func TestTableStatsAreCached(t *testing.T) {
 	waitFor(t, 10*time.Second, "the table read again after StatsMaxAge", func() bool {
 		return scrape(t, url).value(t, "fila_jobs", "queue", "q", "state", "pending") == 1
 	})
+}
+
+// TestUnservedWorkFromTheTable: live workers per queue and wake source,
+// pending jobs no live worker handles and recurring tasks none schedules
+// come from the table; a worker that missed three refreshes counts for
+// nothing, and the series of this process's queues stay, at zero.
+func TestUnservedWorkFromTheTable(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	url := serve(t, metrics.New(metrics.Options{DB: db.Pool, StatsMaxAge: time.Millisecond, Queues: []string{"mail"}}))
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_workers (id, host, pid, queues, kinds, mode, wake_source, liveness_interval, last_seen_at, recurring) VALUES
+		('h/1/a', 'h', 1, '{mail,reports}', '{send,report}', 'notify', 'up', interval '5 seconds', now(), '{nightly}'),
+		('h/2/b', 'h', 2, '{mail}', '{send}', 'wal', 'down', interval '5 seconds', now(), '{}'),
+		('h/3/c', 'h', 3, '{mail}', '{sms}', 'notify', 'up', interval '5 seconds', now() - interval '16 seconds', '{weekly}');
+		INSERT INTO fila_jobs (queue, kind) VALUES ('mail', 'send'), ('mail', 'sms'), ('mail', 'sned'), ('mail', 'sned');
+		INSERT INTO fila_recurring (task, schedule, kind) VALUES ('nightly', '0 2 * * *', 'report'), ('weekly', '0 3 * * 1', 'report')`)
+	require.NoError(t, err)
+	f := scrape(t, url)
+	for q, want := range map[string][3]float64{"mail": {1, 1, 0}, "reports": {1, 0, 0}} {
+		for i, src := range []string{"up", "down", "none"} {
+			require.Equal(t, want[i], f.value(t, "fila_live_workers", "queue", q, "wake_source", src), "%s %s", q, src)
+		}
+	}
+	require.Equal(t, 2.0, f.value(t, "fila_unhandled_jobs", "queue", "mail", "kind", "sned"))
+	require.Equal(t, 1.0, f.value(t, "fila_unhandled_jobs", "queue", "mail", "kind", "sms"), "its only worker is gone")
+	require.Nil(t, f.metric("fila_unhandled_jobs", "kind", "send"), "handled")
+	require.Equal(t, 1.0, f.value(t, "fila_orphaned_recurring_tasks"))
+
+	// Every worker gone.
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_workers SET last_seen_at = now() - interval '1 minute'`)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the table read again", func() bool {
+		f = scrape(t, url)
+		return f.value(t, "fila_orphaned_recurring_tasks") == 2
+	})
+	for _, src := range []string{"up", "down", "none"} {
+		require.Zero(t, f.value(t, "fila_live_workers", "queue", "mail", "wake_source", src), src)
+	}
+	require.Nil(t, f.metric("fila_live_workers", "queue", "reports"), "a queue of no job, no live worker and not this process's")
+	require.Equal(t, 1.0, f.value(t, "fila_unhandled_jobs", "queue", "mail", "kind", "send"))
 }
 
 // TestUnreadableTableLeavesTheRestServed: when the table cannot be read,

@@ -11,11 +11,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fila-run/fila/internal/stats"
+	"github.com/fila-run/fila/runtime"
 )
 
 var (
 	jobsDesc = prometheus.NewDesc("fila_jobs",
-		"Jobs in the table per queue and state: pending (runnable or scheduled) and running. Finished jobs are counted table-wide: fila_dead_jobs, fila_cancelled_jobs, fila_completed_jobs.",
+		"Jobs in the table per queue and state: pending (runnable or scheduled), running, and waiting (for dependencies or a sequence). Dead jobs are fila_queue_dead_jobs per queue and fila_dead_jobs per kind; cancelled and completed ones are counted table-wide: fila_cancelled_jobs, fila_completed_jobs.",
 		[]string{"queue", "state"}, nil)
 	runnableDesc = prometheus.NewDesc("fila_runnable_jobs",
 		"Pending jobs whose run_at has passed: the backlog, without jobs scheduled for later or waiting out a retry backoff.",
@@ -32,6 +33,9 @@ var (
 	deadDesc = prometheus.NewDesc("fila_dead_jobs",
 		"Dead jobs in the table per kind: failed for good, never retried by themselves.",
 		[]string{"kind"}, nil)
+	queueDeadDesc = prometheus.NewDesc("fila_queue_dead_jobs",
+		"Dead jobs in the table per queue: failed for good, never retried by themselves.",
+		[]string{"queue"}, nil)
 	cancelledDesc = prometheus.NewDesc("fila_cancelled_jobs",
 		"Cancelled jobs in the table.", nil, nil)
 	completedDesc = prometheus.NewDesc("fila_completed_jobs",
@@ -39,6 +43,15 @@ var (
 		nil, nil)
 	notifyUsageDesc = prometheus.NewDesc("fila_notification_queue_usage_ratio",
 		"pg_notification_queue_usage(): the share of PostgreSQL's notification queue in use, 0 to 1. At 1 every notifying commit fails.",
+		nil, nil)
+	liveWorkersDesc = prometheus.NewDesc("fila_live_workers",
+		"Live workers serving the queue, by the state of their wake source (up, down, or none in poll mode), from the workers table: a worker that missed three refreshes of its row (5 s apart by default) is not counted.",
+		[]string{"queue", "wake_source"}, nil)
+	unhandledDesc = prometheus.NewDesc("fila_unhandled_jobs",
+		"Pending jobs of the kind on the queue that no live worker of the queue handles: a kind misspelt, its worker not deployed or stopped, or the kind retired. They wait until one does. Present only while there are some.",
+		[]string{"queue", "kind"}, nil)
+	orphanedDesc = prometheus.NewDesc("fila_orphaned_recurring_tasks",
+		"Recurring tasks no live worker schedules: no job is enqueued for them until one that declares them runs again.",
 		nil, nil)
 	statsUpDesc = prometheus.NewDesc("fila_stats_up",
 		"1 when the last read of the jobs table's statistics succeeded, else 0 (and the table's gauges are absent).",
@@ -83,7 +96,7 @@ func (t *tableStats) describe(ch chan<- *prometheus.Desc) {
 		return
 	}
 	for _, d := range []*prometheus.Desc{jobsDesc, runnableDesc, oldestDesc, expiredDesc, pausedDesc, deadDesc,
-		cancelledDesc, completedDesc, notifyUsageDesc, statsUpDesc} {
+		queueDeadDesc, cancelledDesc, completedDesc, notifyUsageDesc, liveWorkersDesc, unhandledDesc, orphanedDesc, statsUpDesc} {
 		ch <- d
 	}
 }
@@ -127,11 +140,39 @@ func (t *tableStats) collect(ch chan<- prometheus.Metric) {
 			queues = append(queues, q.Queue)
 		}
 	}
+	// Every queue of the table's gauges, and every queue with dead jobs,
+	// has a dead count: 0 for a known queue without any, so the first dead
+	// job is an increase a rate or an alert sees.
+	dead := map[string]int64{}
+	deadQueues := slices.Clone(queues)
+	for _, d := range s.DeadByQueue {
+		dead[d.Queue] = d.Dead
+		if !slices.Contains(deadQueues, d.Queue) {
+			deadQueues = append(deadQueues, d.Queue)
+		}
+	}
+	slices.Sort(deadQueues)
+	for _, name := range deadQueues {
+		gauge(queueDeadDesc, float64(dead[name]), name)
+	}
+	workers := map[string]map[string]int{} // queue → wake source → live workers
+	for _, w := range s.Workers {
+		for _, q := range w.Queues {
+			if workers[q] == nil {
+				workers[q] = map[string]int{}
+				if !slices.Contains(queues, q) {
+					queues = append(queues, q)
+				}
+			}
+			workers[q][w.WakeSource]++
+		}
+	}
 	slices.Sort(queues)
 	for _, name := range queues {
 		q := byName[name] // zero for a known queue without jobs
-		gauge(jobsDesc, float64(q.Runnable+q.Scheduled), name, "pending")
-		gauge(jobsDesc, float64(q.Running), name, "running")
+		gauge(jobsDesc, float64(q.Runnable+q.Scheduled), name, runtime.StatePending)
+		gauge(jobsDesc, float64(q.Running), name, runtime.StateRunning)
+		gauge(jobsDesc, float64(q.Waiting), name, runtime.StateWaiting)
 		gauge(runnableDesc, float64(q.Runnable), name)
 		gauge(oldestDesc, q.OldestRunnableSeconds, name)
 		gauge(expiredDesc, float64(q.ExpiredLeases), name)
@@ -140,6 +181,9 @@ func (t *tableStats) collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		gauge(pausedDesc, paused, name)
+		for _, src := range []string{"up", "down", "none"} {
+			gauge(liveWorkersDesc, float64(workers[name][src]), name, src)
+		}
 	}
 	for _, d := range s.Dead {
 		gauge(deadDesc, float64(d.Dead), d.Kind)
@@ -149,6 +193,10 @@ func (t *tableStats) collect(ch chan<- prometheus.Metric) {
 			gauge(deadDesc, 0, k)
 		}
 	}
+	for _, u := range s.Unhandled {
+		gauge(unhandledDesc, float64(u.Pending), u.Queue, u.Kind)
+	}
+	gauge(orphanedDesc, float64(len(s.OrphanedTasks)))
 	gauge(cancelledDesc, float64(s.Cancelled))
 	gauge(completedDesc, float64(s.Completed.Jobs))
 	gauge(notifyUsageDesc, s.NotificationQueueUsage)

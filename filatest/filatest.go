@@ -1,0 +1,233 @@
+// Package filatest helps you test your own code that uses Fila, against a
+// real PostgreSQL:
+//
+//   - NewDB gives a test a migrated database of its own, dropped at its end;
+//   - RequireInsertedTx asserts that your code enqueued a job of a type, in
+//     the transaction the test gave it, and returns the job's args decoded
+//     (RequireNotInsertedTx, the opposite; InsertedTx, every one);
+//   - Worker runs one job's handler synchronously inside the test's
+//     transaction, as a worker would, and returns its outcome and the job's
+//     row as the runtime left it.
+//
+// NewDB connects to TEST_DATABASE_URL (default
+// postgres://postgres@127.0.0.1:5432/postgres) as a user that may create
+// databases. It lives at the top of the module, beside runtime, because it
+// ties runtime and migrations together for code outside both, as River's
+// rivertest does.
+package filatest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/migrations"
+	"github.com/fila-run/fila/runtime"
+)
+
+// DB is a migrated database of one test's own.
+type DB struct {
+	// Name is the database's name.
+	Name string
+	// DSN reaches it, through PgBouncer when FILA_TEST_PGBOUNCER_URL is set;
+	// DirectDSN always reaches PostgreSQL directly (a runtime's ListenDSN).
+	DSN, DirectDSN string
+	// Pool is open on DSN and closed at the test's end.
+	Pool *pgxpool.Pool
+}
+
+// NewDB creates a database with Fila's tables for t alone, and drops it
+// when t ends.
+func NewDB(t testing.TB) *DB {
+	t.Helper()
+	db := testdb.New(t)
+	if _, err := migrations.Migrate(context.Background(), db.Pool); err != nil {
+		t.Fatalf("filatest: migrate %s: %v", db.Name, err)
+	}
+	return &DB{Name: db.Name, DSN: db.DSN, DirectDSN: db.DirectDSN, Pool: db.Pool}
+}
+
+// Tx begins a transaction on db's pool that is rolled back when t ends:
+// whatever the test writes in it, jobs included, leaves no trace.
+func (db *DB) Tx(t testing.TB) pgx.Tx {
+	t.Helper()
+	tx, err := db.Pool.Begin(context.Background())
+	if err != nil {
+		t.Fatalf("filatest: begin: %v", err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// Job is a job of args type T as the test finds it: its args decoded and
+// its row.
+type Job[T runtime.JobArgs] struct {
+	Args T
+	Row  *runtime.JobRow
+}
+
+// RequireOpts are what RequireInsertedTx checks of the job besides its
+// kind; each zero field is not checked.
+type RequireOpts struct {
+	Queue       string
+	Priority    int16
+	MaxAttempts int
+	State       string
+	// Tags must each be among the job's tags.
+	Tags []string
+	// Metadata must each be in the job's metadata, with the same JSON value.
+	Metadata map[string]any
+}
+
+// insertedSQL lists the jobs of one kind, oldest first.
+const insertedSQL = `SELECT id FROM fila_jobs WHERE kind = $1::text ORDER BY id`
+
+// InsertedTx returns every job of T's kind that tx sees, oldest first,
+// with its args decoded. It fails t only when the database cannot be read
+// or a payload does not decode into T.
+func InsertedTx[T runtime.JobArgs](ctx context.Context, t testing.TB, tx runtime.DB) []Job[T] {
+	t.Helper()
+	var zero T
+	rows, err := tx.Query(ctx, insertedSQL, zero.Kind())
+	if err != nil {
+		t.Fatalf("filatest: jobs of kind %q: %v", zero.Kind(), err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatalf("filatest: jobs of kind %q: %v", zero.Kind(), err)
+	}
+	jobs := make([]Job[T], 0, len(ids))
+	for _, id := range ids {
+		row, err := runtime.GetJob(ctx, tx, id)
+		if err != nil {
+			t.Fatalf("filatest: %v", err)
+		}
+		var args T
+		if err := json.Unmarshal(row.Payload, &args); err != nil {
+			t.Fatalf("filatest: job %d of kind %q: payload %s does not decode into %T: %v", id, zero.Kind(), row.Payload, args, err)
+		}
+		jobs = append(jobs, Job[T]{Args: args, Row: row})
+	}
+	return jobs
+}
+
+// RequireInsertedTx fails t unless tx sees a job of T's kind that matches
+// opts (nil checks the kind alone), and returns the newest such job with
+// its args decoded, for the test to compare with what it expects.
+func RequireInsertedTx[T runtime.JobArgs](ctx context.Context, t testing.TB, tx runtime.DB, opts *RequireOpts) Job[T] {
+	t.Helper()
+	jobs := InsertedTx[T](ctx, t, tx)
+	var zero T
+	if len(jobs) == 0 {
+		t.Fatalf("filatest: no job of kind %q (%T) was inserted", zero.Kind(), zero)
+	}
+	var reasons []string
+	for i := len(jobs) - 1; i >= 0; i-- {
+		why := mismatch(jobs[i].Row, opts)
+		if why == "" {
+			return jobs[i]
+		}
+		reasons = append(reasons, fmt.Sprintf("job %d: %s", jobs[i].Row.ID, why))
+	}
+	t.Fatalf("filatest: %d job(s) of kind %q were inserted, none as required: %v", len(jobs), zero.Kind(), reasons)
+	return Job[T]{}
+}
+
+// RequireNotInsertedTx fails t if tx sees any job of T's kind.
+func RequireNotInsertedTx[T runtime.JobArgs](ctx context.Context, t testing.TB, tx runtime.DB) {
+	t.Helper()
+	if jobs := InsertedTx[T](ctx, t, tx); len(jobs) > 0 {
+		var zero T
+		t.Fatalf("filatest: %d job(s) of kind %q were inserted, the first with payload %s", len(jobs), zero.Kind(), jobs[0].Row.Payload)
+	}
+}
+
+// mismatch says how j differs from opts, "" if it does not.
+func mismatch(j *runtime.JobRow, o *RequireOpts) string {
+	if o == nil {
+		return ""
+	}
+	switch {
+	case o.Queue != "" && j.Queue != o.Queue:
+		return fmt.Sprintf("queue %q, not %q", j.Queue, o.Queue)
+	case o.Priority != 0 && j.Priority != o.Priority:
+		return fmt.Sprintf("priority %d, not %d", j.Priority, o.Priority)
+	case o.MaxAttempts != 0 && j.MaxAttempts != o.MaxAttempts:
+		return fmt.Sprintf("max attempts %d, not %d", j.MaxAttempts, o.MaxAttempts)
+	case o.State != "" && j.State != o.State:
+		return fmt.Sprintf("state %s, not %s", j.State, o.State)
+	}
+	for _, tag := range o.Tags {
+		if !slices.Contains(j.Tags, tag) {
+			return fmt.Sprintf("tags %v lack %q", j.Tags, tag)
+		}
+	}
+	if len(o.Metadata) > 0 {
+		var have map[string]any
+		_ = json.Unmarshal(j.Metadata, &have)
+		for k, v := range o.Metadata {
+			want, _ := json.Marshal(v)
+			var w any
+			_ = json.Unmarshal(want, &w)
+			if got, ok := have[k]; !ok || !reflect.DeepEqual(got, w) {
+				return fmt.Sprintf("metadata %s has %s = %v, not %s", j.Metadata, k, got, want)
+			}
+		}
+	}
+	return ""
+}
+
+// Worker runs one kind's handler on one job at a time, synchronously, in a
+// test's transaction (see runtime.WorkTx).
+type Worker struct {
+	kind       runtime.Kind
+	middleware []runtime.Middleware
+}
+
+// NewWorker returns a Worker for kind (runtime.Work(handler) for a typed
+// one), its handler wrapped in middleware, the first outermost.
+func NewWorker(t testing.TB, kind runtime.Kind, middleware ...runtime.Middleware) *Worker {
+	t.Helper()
+	if err := runtime.ValidateKind(kind.Name); err != nil {
+		t.Fatalf("filatest: %v", err)
+	}
+	if kind.Handler == nil {
+		t.Fatalf("filatest: kind %q has no Handler", kind.Name)
+	}
+	return &Worker{kind: kind, middleware: middleware}
+}
+
+// WorkTx inserts args (with opts over what its type declares) in tx and
+// runs one attempt of it at once: the handler sees the job as a worker's
+// handler would, and its outcome is written in tx. The result holds what
+// the handler returned, the outcome, and the job's row. t fails only if
+// the job cannot be inserted or run, never for the handler's own error.
+func (w *Worker) WorkTx(ctx context.Context, t testing.TB, tx pgx.Tx, args runtime.JobArgs, opts *runtime.InsertOpts) runtime.WorkResult {
+	t.Helper()
+	if args.Kind() != w.kind.Name {
+		t.Fatalf("filatest: args of kind %q given to the worker of kind %q", args.Kind(), w.kind.Name)
+	}
+	res, err := runtime.InsertArgsTx(ctx, tx, args, opts)
+	if err != nil {
+		t.Fatalf("filatest: insert: %v", err)
+	}
+	return w.WorkJobTx(ctx, t, tx, res.ID)
+}
+
+// WorkJobTx runs one attempt of the job id, already in tx (inserted by the
+// code under test, say), as WorkTx does.
+func (w *Worker) WorkJobTx(ctx context.Context, t testing.TB, tx pgx.Tx, id int64) runtime.WorkResult {
+	t.Helper()
+	res, err := runtime.WorkTx(ctx, tx, w.kind, w.middleware, id)
+	if err != nil {
+		t.Fatalf("filatest: %v", err)
+	}
+	return res
+}

@@ -1,0 +1,56 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fila-run/fila/internal/chaos"
+	"github.com/fila-run/fila/internal/patroni"
+	"github.com/fila-run/fila/internal/testdb"
+)
+
+// TestHA runs the switchover and the failover scenarios, one after the
+// other, on one Patroni cluster of the test's own, at the smallest size (a
+// few seconds of flow per mode).
+//
+// It runs in the suite's direct pass only: the cluster has no PgBouncer in
+// front (one in front of an HA cluster must follow the primary by means of
+// its own), so the pass that routes main DSNs through PgBouncer has nothing
+// to add to it.
+//
+// It does not run in parallel with the package's other scenarios: Patroni's
+// timing (loop_wait 1 s, a switchover watched for 20 s) is real time, and
+// a machine saturated by a dozen runtimes at once can starve its processes
+// into a switchover that neither completes nor fails in time.
+func TestHA(t *testing.T) {
+	if testdb.ThroughPgBouncer() {
+		t.Skip("no PgBouncer in front of the Patroni cluster: this test runs in the suite's direct pass")
+	}
+	e := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := patroni.Start(ctx, patroni.Options{Logger: e.Logger})
+	if errors.Is(err, patroni.ErrNotInstalled) {
+		testdb.Missing(t, "cannot start a Patroni cluster: %v", err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the cluster's logs:\n%s", c.LogTail())
+		}
+		require.NoError(t, c.Close())
+	})
+	e.Patroni = c
+	for _, name := range []string{"ha-switchover", "ha-failover"} {
+		require.True(t, chaos.NeedsPatroni(name))
+		res := run(t, e, name, chaos.Size{Jobs: 1500, Workers: 3})
+		require.Zero(t, res.Lost)
+		require.Zero(t, res.Duplicated)
+		require.Zero(t, res.Overlapping)
+		require.Positive(t, res.Recovery)
+	}
+}

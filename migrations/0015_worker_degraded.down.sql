@@ -1,0 +1,1 @@
+ALTER TABLE fila_workers DROP COLUMN degraded;
