@@ -320,17 +320,25 @@ func TestKilledWorkerJobRunsAgainAfterLease(t *testing.T) {
 	var attempts int
 	var lastErr string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT attempts, coalesce(last_error, '') FROM fila_jobs WHERE id = $1::bigint", id).Scan(&attempts, &lastErr))
-	require.Equal(t, 2, attempts)
+	// Attempt 2 is the rescue. On a loaded machine the second worker's own
+	// renewals can fail to return in time, and it stops its attempt before
+	// the lease ends, as it must: then a third attempt completes the job.
+	require.GreaterOrEqual(t, attempts, 2)
 	require.Contains(t, lastErr, "lease expired")
 	b, err = os.ReadFile(runs)
 	require.NoError(t, err)
 	var lines []string
+	seen := map[string]bool{}
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		if strings.HasPrefix(l, id+" ") {
 			lines = append(lines, l)
+			attempt := strings.Fields(l)[1]
+			require.False(t, seen[attempt], "attempt %s ran twice: %s", attempt, b)
+			seen[attempt] = true
 		}
 	}
-	require.Len(t, lines, 2, "ran once per attempt: %s", b)
+	require.True(t, seen["1"] && seen[strconv.Itoa(attempts)], "the first and the last attempt ran: %s", b)
+	require.LessOrEqual(t, len(lines), attempts, "at most one run per attempt: %s", b)
 	var otherState string
 	var otherAttempts int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT state, attempts FROM fila_jobs WHERE id = $1::bigint", other).Scan(&otherState, &otherAttempts))

