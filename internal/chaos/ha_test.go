@@ -17,15 +17,13 @@ import (
 // other, on one Patroni cluster of the test's own, at the smallest size (a
 // few seconds of flow per mode).
 //
-// It runs in the suite's direct pass only: the cluster has no PgBouncer in
-// front (one in front of an HA cluster must follow the primary by means of
-// its own), so the pass that routes main DSNs through PgBouncer has nothing
-// to add to it.
-//
-// It does not run in parallel with the package's other scenarios: Patroni's
-// timing (loop_wait 1 s, a switchover watched for 20 s) is real time, and
-// a machine saturated by a dozen runtimes at once can starve its processes
-// into a switchover that neither completes nor fails in time.
+// scripts/test.sh runs it in a pass of its own, direct to PostgreSQL, before
+// the others: Patroni's timing (loop_wait 1 s, a switchover watched for
+// 20 s) is real time, and a machine saturated by the rest of the suite
+// starved its processes into a switchover that neither completed nor failed
+// in time. The cluster has no PgBouncer in front (one in front of an HA
+// cluster must follow the primary by means of its own), so the pass that
+// routes main DSNs through PgBouncer has nothing to add to it.
 func TestHA(t *testing.T) {
 	if testdb.ThroughPgBouncer() {
 		t.Skip("no PgBouncer in front of the Patroni cluster: this test runs in the suite's direct pass")
