@@ -322,6 +322,12 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	bgCtx, cancelBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBackground()
 	r.completer = newCompleter(r)
+	// The stop begins when claiming stops (Stop, or ctx done), not when
+	// every component has returned: one may wait on a locked table until
+	// the deadline, and an attempt whose lease deadline passes meanwhile
+	// is one the stop leaves unwritten.
+	markStop := context.AfterFunc(claimCtx, r.completer.stopBegan)
+	defer markStop()
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); _ = r.completer.writer.Run(bgCtx) }()
 	hbCtx, stopHeartbeats := context.WithCancel(bgCtx)
