@@ -13,9 +13,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
 
 	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/runtime"
+	"github.com/fila-run/fila/runtime/otelfila"
 )
 
 func init() {
@@ -61,6 +65,7 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 		return fmt.Errorf("--max-attempts %d out of range: allowed 1 to %d", *maxAttempts, maxAttemptsMax)
 	}
 	opts := &runtime.InsertOpts{Queue: *queue, Priority: int16(*priority), MaxAttempts: *maxAttempts, Tags: tags}
+	traceFromEnv(g, meta)
 	if len(meta) > 0 {
 		opts.Metadata = meta.asAny()
 	}
@@ -280,4 +285,34 @@ func (m keyValues) asAny() map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// traceFromEnv puts the trace context of the environment (TRACEPARENT and
+// TRACESTATE, as `fila work --otel` gives its --exec commands and as other
+// tools give theirs) in the job's metadata, where runtime/otelfila keeps a
+// Go insert's: the job's attempts then join that trace. A --meta
+// traceparent given on the command line wins; a TRACEPARENT that is not a
+// W3C traceparent is left out with a warning, and the job is enqueued.
+func traceFromEnv(g *globals, meta keyValues) {
+	tp := os.Getenv("TRACEPARENT")
+	if tp == "" {
+		return
+	}
+	if _, given := meta[otelfila.MetadataTraceParent]; given {
+		return
+	}
+	carrier := propagation.MapCarrier{otelfila.MetadataTraceParent: tp}
+	if ts := os.Getenv("TRACESTATE"); ts != "" {
+		carrier[otelfila.MetadataTraceState] = ts
+	}
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
+	if !sc.IsValid() {
+		g.log().Warn("TRACEPARENT is not a W3C traceparent (version-traceid-spanid-flags); the job is enqueued without a trace context",
+			zap.String("traceparent", tp))
+		return
+	}
+	meta[otelfila.MetadataTraceParent] = tp
+	if ts := sc.TraceState().String(); ts != "" {
+		meta[otelfila.MetadataTraceState] = ts
+	}
 }

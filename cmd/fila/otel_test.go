@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -129,4 +130,50 @@ func TestOtelRefusesUnsupportedExporters(t *testing.T) {
 		require.Error(t, err, env)
 		require.Contains(t, string(out), want)
 	}
+}
+
+// `fila enqueue` run under a trace (TRACEPARENT in its environment, as a
+// traced --exec command or a CI step has it) stores that trace context
+// where otelfila stores a Go insert's, so the job's attempts join the
+// trace; --meta traceparent given by hand wins; a malformed TRACEPARENT is
+// left out with a warning, and the job is still enqueued.
+func TestEnqueueJoinsTheTraceInItsEnvironment(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+	const (
+		parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		state  = "vendor=abc"
+	)
+	enqueue := func(env []string, args ...string) (id, stderr string) {
+		t.Helper()
+		cmd := filaCmd(db, append([]string{"enqueue", "--kind", "traced", "--allow-unknown-kind"}, args...)...)
+		cmd.Env = append(cmd.Env, env...)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		require.NoError(t, cmd.Run(), e.String())
+		return strings.TrimSpace(o.String()), e.String()
+	}
+	metadata := func(id string) map[string]any {
+		t.Helper()
+		var md map[string]any
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(metadata, '{}') FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&md))
+		return md
+	}
+
+	id, _ := enqueue([]string{"TRACEPARENT=" + parent, "TRACESTATE=" + state}, "--meta", "team=ops")
+	require.Equal(t, map[string]any{otelfila.MetadataTraceParent: parent, otelfila.MetadataTraceState: state, "team": "ops"}, metadata(id))
+
+	own := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	id, _ = enqueue([]string{"TRACEPARENT=" + parent}, "--meta", otelfila.MetadataTraceParent+"="+own)
+	require.Equal(t, map[string]any{otelfila.MetadataTraceParent: own}, metadata(id))
+
+	id, stderr := enqueue([]string{"TRACEPARENT=not-a-trace"})
+	require.NotEmpty(t, id)
+	require.Empty(t, metadata(id))
+	require.Contains(t, stderr, "TRACEPARENT is not a W3C traceparent")
+	require.Contains(t, stderr, "not-a-trace")
+
+	id, _ = enqueue(nil)
+	require.Empty(t, metadata(id), "no trace context without TRACEPARENT")
 }
