@@ -238,8 +238,12 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 		waitMs   float64
 		metadata *string
 	)
+	sql := sqlClaimID
+	if s.hasMode && s.mode == pgx.QueryExecModeCacheStatement {
+		sql = sqlClaimIDDirect // prepared per connection: see its comment
+	}
 	err := s.inSession(ctx, func() error {
-		return s.queryRow(ctx, sqlClaimID, []any{id, queue, kinds, ms(lease), s.worker}, &j.ID, &j.Kind, &payload, &j.Priority,
+		return s.queryRow(ctx, sql, []any{id, queue, kinds, ms(lease), s.worker}, &j.ID, &j.Kind, &payload, &j.Priority,
 			&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs, &metadata, &j.Tags)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -320,12 +324,97 @@ func StorableText(s string, max int) string {
 	return s[:cut] + ellipsis
 }
 
-// Finish writes many outcomes in one statement and says how it left each.
-// Error texts are made storable first (see StorableText).
+// Finish writes many outcomes and says how it left each: in one statement
+// when they are all plain successes the lean completion takes whole, else
+// in one more for the rest. Error texts are made storable first (see
+// StorableText).
 func (s *Store) Finish(ctx context.Context, outs []Outcome) ([]Finished, error) {
 	if len(outs) == 0 {
 		return nil, nil
 	}
+	if !allPlainSuccesses(outs) {
+		return s.finish(ctx, outs)
+	}
+	done, err := s.complete(ctx, outs)
+	if err != nil {
+		return nil, err
+	}
+	if len(done) == len(outs) {
+		return done, nil
+	}
+	// What the lean completion left (a unique key, an attempt no longer
+	// this worker's, a row locked or deleted): fila_finish says what
+	// became of each.
+	completed := make(map[AttemptKey]bool, len(done))
+	for _, f := range done {
+		completed[f.Key] = true
+	}
+	rest := make([]Outcome, 0, len(outs)-len(done))
+	for _, o := range outs {
+		if !completed[o.Key()] {
+			rest = append(rest, o)
+		}
+	}
+	more, err := s.finish(ctx, rest)
+	if err != nil {
+		// The completions are committed and must be reported as such (sent
+		// again, they would read as fenced): the rest go back as skipped,
+		// to be written again shortly.
+		if s.log != nil {
+			s.log.Warn("outcomes left by the lean completion not written; writing them again shortly",
+				zap.Int("outcomes", len(rest)), zap.Error(err))
+		}
+		for _, o := range rest {
+			done = append(done, Finished{Key: o.Key(), State: StateSkipped})
+		}
+		return done, nil
+	}
+	return append(done, more...), nil
+}
+
+// allPlainSuccesses reports whether every outcome is a success that
+// recorded no output: what fila_complete writes.
+func allPlainSuccesses(outs []Outcome) bool {
+	for _, o := range outs {
+		if !o.OK || o.Snooze || o.Output != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// complete writes plain successes with fila_complete and returns the
+// attempts it completed.
+func (s *Store) complete(ctx context.Context, outs []Outcome) ([]Finished, error) {
+	n := len(outs)
+	ids, attempts, started := make([]int64, n), make([]int32, n), make([]time.Time, n)
+	for i, o := range outs {
+		ids[i], attempts[i], started[i] = o.ID, int32(o.Attempt.Attempt), o.StartedAt
+	}
+	var (
+		doneIDs      []int64
+		doneAttempts []int32
+		doneStarted  []time.Time
+	)
+	err := s.inSession(ctx, func() error {
+		return s.queryRow(ctx, sqlComplete, []any{ids, attempts, started}, &doneIDs, &doneAttempts, &doneStarted)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("complete %d attempts: %w", n, err)
+	}
+	if len(doneAttempts) != len(doneIDs) || len(doneStarted) != len(doneIDs) {
+		return nil, fmt.Errorf("complete %d attempts: %d ids, %d attempts and %d start times returned", n,
+			len(doneIDs), len(doneAttempts), len(doneStarted))
+	}
+	out := make([]Finished, len(doneIDs))
+	for i, id := range doneIDs {
+		out[i] = Finished{Key: Attempt{ID: id, Attempt: int(doneAttempts[i]), StartedAt: doneStarted[i]}.Key(), State: StateCompleted}
+	}
+	return out, nil
+}
+
+// finish writes any outcomes with fila_finish.
+func (s *Store) finish(ctx context.Context, outs []Outcome) ([]Finished, error) {
 	n := len(outs)
 	ids, attempts, started := make([]int64, n), make([]int32, n), make([]time.Time, n)
 	oks, errs, delays, perms := make([]bool, n), make([]string, n), make([]float64, n), make([]bool, n)

@@ -588,9 +588,13 @@ func TestOutcomePlansAreLinear(t *testing.T) {
 	require.Len(t, res.Jobs, n)
 	owned := make([]claimer.Attempt, n)
 	outs := make([]claimer.Outcome, 0, n)
+	var plain []claimer.Outcome // plain successes: the lean completion
 	for i, j := range res.Jobs {
 		owned[i] = j.Attempt
-		if i >= n/3 {
+		switch {
+		case i >= 2*n/3:
+			plain = append(plain, claimer.Outcome{Attempt: j.Attempt, OK: true})
+		case i >= n/3:
 			outs = append(outs, claimer.Outcome{Attempt: j.Attempt, OK: i%2 == 0, Err: "no", Delay: time.Second})
 		}
 	}
@@ -608,9 +612,15 @@ func TestOutcomePlansAreLinear(t *testing.T) {
 	for _, f := range fin {
 		require.NotEqual(t, claimer.StateSkipped, f.State)
 	}
+	fin, err = s.Finish(ctx, plain)
+	require.NoError(t, err)
+	require.Len(t, fin, len(plain))
+	for _, f := range fin {
+		require.Equal(t, "completed", f.State)
+	}
 
 	all := plans.text()
-	for _, fn := range []string{"fila_heartbeat", "fila_release", "fila_finish"} {
+	for _, fn := range []string{"fila_heartbeat", "fila_release", "fila_finish", "fila_complete"} {
 		require.Contains(t, all, "PL/pgSQL function "+fn, "no plan of %s was sent", fn)
 	}
 	// A scan of an input list or of a CTE repeated per outcome is the
@@ -710,10 +720,60 @@ func TestClaimPlanOfASmallTableScansNoTable(t *testing.T) {
 }
 
 // ClaimID takes the job it names only while it is pending, runnable, in
-// the caller's queue and of one of its kinds, and its queue is not paused.
+// the caller's queue and of one of its kinds, and its queue is not paused:
+// through fila_claim_id, and as the prepared statement direct connections
+// send.
 func TestClaimIDOnlyARunnableJob(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	t.Run("function", func(t *testing.T) {
+		t.Parallel()
+		s, db := newStore(t)
+		testClaimIDOnlyARunnableJob(t, s, db)
+	})
+	t.Run("direct", func(t *testing.T) {
+		t.Parallel()
+		_, db := newStore(t)
+		testClaimIDOnlyARunnableJob(t, directStore(t, db), db)
+	})
+}
+
+// directStore is a Store on a direct pool that prepares its statements, as
+// the runtime's is when it reaches PostgreSQL without a pooler.
+func directStore(t *testing.T, db *testdb.DB) *claimer.Store {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), db.DirectDSN)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := claimer.New(pool)
+	s.SetStatementMode(pgconfig.HotPathMode(true))
+	return s
+}
+
+// The claim by id that direct connections send is fila_claim_id's own
+// statement, its parameters in place of the function's.
+func TestDirectClaimIDIsTheFunctionsStatement(t *testing.T) {
+	t.Parallel()
+	_, db := newStore(t)
+	var src string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT prosrc FROM pg_proc WHERE proname = 'fila_claim_id'`).Scan(&src))
+	_, body, ok := strings.Cut(src, "RETURN QUERY")
+	require.True(t, ok, "fila_claim_id runs no RETURN QUERY:\n%s", src)
+	body, _, ok = strings.Cut(body, ";")
+	require.True(t, ok, "fila_claim_id's statement does not end:\n%s", src)
+	for param, arg := range map[string]string{
+		`\bp_id\b`: "$$1::bigint", `\bp_queue\b`: "$$2::text", `\bp_kinds\b`: "$$3::text[]",
+		`\bp_lease_ms\b`: "$$4::float8", `\bp_worker\b`: "$$5::text",
+	} {
+		body = regexp.MustCompile(param).ReplaceAllString(body, arg)
+	}
+	words := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	direct, ok := strings.CutPrefix(claimer.SQLClaimIDDirect, "/* fila_claim_id */")
+	require.True(t, ok, "the direct statement is not named")
+	require.Equal(t, words(body), words(direct))
+}
+
+func testClaimIDOnlyARunnableJob(t *testing.T, s *claimer.Store, db *testdb.DB) {
 	ctx := context.Background()
 	ready := insert(t, db, `INSERT INTO fila_jobs (kind, payload, priority) VALUES ('k', '{"a":1}', 3) RETURNING id`)
 	later := insert(t, db, `INSERT INTO fila_jobs (kind, run_at) VALUES ('k', now() + interval '1 hour') RETURNING id`)
@@ -1252,4 +1312,67 @@ func TestClaimPlanOfRateLimitsScansNoTable(t *testing.T) {
 	require.Contains(t, all, "PL/pgSQL function fila_claim", "no plan of the claim was sent")
 	require.Contains(t, all, "fila_rate_starts", "no plan of the rate limit's statements was sent")
 	require.NotRegexp(t, `Seq Scan on (fila_jobs|fila_rate_starts)`, all, "the claim reads a whole table:\n%s", all)
+}
+
+// A batch of plain successes goes through the lean completion; what it
+// leaves (an attempt no longer this worker's, a row locked, a job whose
+// unique key another job took meanwhile) is written by fila_finish, which
+// says what became of each, in the same Finish.
+func TestPlainSuccessesReportEveryAttempt(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	keyed := insert(t, db, `INSERT INTO fila_jobs (kind, unique_key, unique_states) VALUES ('k', 'acct:1', '{pending,completed}') RETURNING id`)
+	for range 4 {
+		insert(t, db, `INSERT INTO fila_jobs (kind) VALUES ('k') RETURNING id`)
+	}
+	res, err := s.Claim(ctx, "default", kinds, nil, 5, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 5)
+	byID := map[int64]*claimer.Job{}
+	var plain []*claimer.Job
+	for _, j := range res.Jobs {
+		byID[j.ID] = j
+		if j.ID != keyed {
+			plain = append(plain, j)
+		}
+	}
+	// Enqueued while the keyed job runs: its states leave running out.
+	taker := insert(t, db, `INSERT INTO fila_jobs (kind, unique_key, unique_states) VALUES ('k', 'acct:1', '{pending,completed}') RETURNING id`)
+	stale := plain[1].Attempt
+	stale.Attempt++
+	locked := plain[2]
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM fila_jobs WHERE id = $1::bigint FOR UPDATE`, locked.ID)
+	require.NoError(t, err)
+
+	outs := []claimer.Outcome{
+		{Attempt: plain[0].Attempt, OK: true},
+		{Attempt: stale, OK: true},
+		{Attempt: locked.Attempt, OK: true},
+		{Attempt: plain[3].Attempt, OK: true},
+		{Attempt: byID[keyed].Attempt, OK: true},
+	}
+	fin, err := s.Finish(ctx, outs)
+	require.NoError(t, err)
+	require.Len(t, fin, len(outs))
+	got := statesByKey(fin)
+	require.Equal(t, "completed", got[plain[0].Attempt.Key()])
+	require.Equal(t, "completed", got[plain[3].Attempt.Key()])
+	require.Equal(t, claimer.StateFenced, got[stale.Key()])
+	require.Equal(t, claimer.StateSkipped, got[locked.Attempt.Key()])
+	require.Equal(t, "completed", got[byID[keyed].Attempt.Key()])
+
+	state, _, _ := jobRow(t, db, plain[1].ID)
+	require.Equal(t, "running", state, "a fenced outcome changes nothing")
+	var key *string
+	var lastErr string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT unique_key, last_error FROM fila_jobs WHERE id = $1::bigint`, keyed).
+		Scan(&key, &lastErr))
+	require.Nil(t, key, "the completed job lets its key go to the job that took it")
+	require.Contains(t, lastErr, strconv.FormatInt(taker, 10))
+	state, _, _ = jobRow(t, db, taker)
+	require.Equal(t, "pending", state)
 }

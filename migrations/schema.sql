@@ -1,7 +1,7 @@
 -- Fila's schema as Migrate leaves it: tables with their columns,
 -- constraints and indexes, then functions, then triggers.
 --
--- Migration: 0023 (flows)
+-- Migration: 0024 (lean_completion)
 -- Generated on PostgreSQL 15 from a freshly migrated database: do not edit.
 --
 -- The numbered migrations are its history, and doc.go lists which of them
@@ -552,6 +552,42 @@ BEGIN
               j.created_at, j.started_at,
               (extract(epoch FROM now() - greatest(j.created_at, j.run_at)) * 1000)::float8,
               j.metadata::text, j.tags;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION fila_complete(p_ids bigint[], p_attempts integer[], p_started timestamp with time zone[])
+ RETURNS TABLE(ids bigint[], attempts integer[], started timestamp with time zone[])
+ LANGUAGE plpgsql
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH locked AS MATERIALIZED (
+        -- Locked by id alone, so the plan probes the primary key per
+        -- attempt; the fence is checked on the locked row, whose newest
+        -- version READ COMMITTED returns once it holds the lock, and every
+        -- lock is taken before the first row is updated.
+        SELECT j.id, j.state, j.attempts, j.started_at, j.unique_key, d.attempt, d.started
+        FROM unnest(p_ids, p_attempts, p_started) AS d(id, attempt, started)
+        JOIN fila_jobs j ON j.id = d.id
+        FOR NO KEY UPDATE OF j SKIP LOCKED
+    ), updated AS (
+        UPDATE fila_jobs j
+        SET state = 'completed', finished_at = now(), lease_until = NULL
+        FROM locked l
+        WHERE j.id = l.id
+          AND l.state = 'running' AND l.attempts = l.attempt AND l.started_at = l.started
+          AND l.unique_key IS NULL
+        RETURNING j.id, j.attempts, j.started_at
+    )
+    SELECT coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.attempts), '{}'),
+           coalesce(array_agg(u.started_at), '{}')
+    FROM updated u;
 END
 $function$;
 

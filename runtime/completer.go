@@ -46,6 +46,11 @@ type completer struct {
 	// the stop's report, like an outcome the writer abandoned.
 	stopping bool
 	kick     chan struct{} // an attempt is due for a heartbeat earlier than the loop sleeps; capacity 1
+	// sleepsUntil is when the heartbeat loop, asleep, wakes next; zero
+	// while it is awake (it looks at every attempt again before it
+	// sleeps). Only an attempt due before it needs a kick: one per claimed
+	// attempt made the loop look at every owned attempt once per job.
+	sleepsUntil time.Time
 }
 
 // attempt is one owned attempt.
@@ -117,10 +122,13 @@ func (c *completer) own(a claimer.Attempt, job *Job, cancel context.CancelCauseF
 	c.mu.Lock()
 	c.owned[key] = at
 	at.stop = time.AfterFunc(time.Until(stopAt), func() { c.deadline(key) })
+	kick := !c.sleepsUntil.IsZero() && at.beatAt.Before(c.sleepsUntil)
 	c.mu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default:
+	if kick {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -480,8 +488,14 @@ func (c *completer) dueForHeartbeat(now time.Time) (due []claimer.Attempt, next 
 		}
 	}
 	if next.IsZero() || next.After(now) {
+		// The loop sleeps until next, or an hour when nothing is owned.
+		c.sleepsUntil = next
+		if next.IsZero() {
+			c.sleepsUntil = now.Add(time.Hour)
+		}
 		return nil, next
 	}
+	c.sleepsUntil = time.Time{}
 	for _, at := range c.owned {
 		window := early
 		if !at.seen {

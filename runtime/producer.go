@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	goruntime "runtime"
 	"sync/atomic"
 	"time"
 
@@ -314,6 +315,12 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 			}
 			rt.claimedByID.Add(1)
 			p.dispatchClaimed(&claimer.ClaimResult{Jobs: []*claimer.Job{cj}}, sent)
+			// The handler's goroutine is next on this thread: let it start
+			// before this one reads the queue's head, rather than after that
+			// claim is sent or another thread takes it over (0.10 ms at the
+			// median at 10 jobs/s, the step from the claim's reply to the
+			// handler's first line).
+			goruntime.Gosched()
 			return 1, true, nil
 		}
 	}

@@ -86,7 +86,9 @@ type claimTracer struct {
 type claimKey struct{}
 
 func (t *claimTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if !strings.Contains(d.SQL, "fila_claim_id(") {
+	// The call of fila_claim_id, or its statement sent directly, which
+	// names it in a comment.
+	if !strings.Contains(d.SQL, "fila_claim_id") {
 		return ctx
 	}
 	for _, a := range d.Args {

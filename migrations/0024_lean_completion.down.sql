@@ -1,0 +1,3 @@
+-- 0024 down: every outcome through fila_finish.
+
+DROP FUNCTION fila_complete(bigint[], int[], timestamptz[]);
