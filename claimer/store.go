@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
 )
 
@@ -184,39 +185,42 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 		return fmt.Errorf("claim: %w", err)
 	}
 	defer rows.Close()
+	// One set of destinations for every row: a batch of a thousand rows
+	// scanned into fresh pointers made a dozen allocations a row. The kind
+	// is read in place and matched to one of kinds, whose string the job
+	// shares; the payload and metadata are copied, as the job keeps them.
+	var (
+		id, priority, attempts, maxAttempt, rescued pgtype.Int8
+		kind                                        pgtype.DriverBytes
+		createdAt, started                          pgtype.Timestamptz
+		waitMs, nextDue                             pgtype.Float8
+	)
 	for rows.Next() {
 		var (
-			id                   *int64
-			kind, payload        *string
-			priority             *int16
-			attempts, maxAttempt *int
-			createdAt, started   *time.Time
-			waitMs, nextDue      *float64
-			rescued              *int
-			metadata             *string
-			tags                 []string
+			payload, metadata []byte
+			tags              []string
 		)
 		if err := rows.Scan(&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
 			&waitMs, &rescued, &nextDue, &metadata, &tags); err != nil {
 			return fmt.Errorf("claim: scan: %w", err)
 		}
-		if id == nil { // the summary row
-			if rescued != nil {
-				res.Rescued = *rescued
+		if !id.Valid { // the summary row
+			if rescued.Valid {
+				res.Rescued = int(rescued.Int64)
 			}
-			if nextDue != nil && !math.IsNaN(*nextDue) {
+			if nextDue.Valid && !math.IsNaN(nextDue.Float64) {
 				res.HasNextDue = true
-				res.NextDue = fromMs(*nextDue)
+				res.NextDue = fromMs(nextDue.Float64)
 			}
 			continue
 		}
 		j := &Job{
-			Attempt: Attempt{ID: *id, Attempt: *attempts, StartedAt: *started},
-			Queue:   queue, Kind: *kind, Payload: json.RawMessage(*payload), Priority: *priority,
-			MaxAttempts: *maxAttempt, CreatedAt: *createdAt, Wait: fromMs(*waitMs), Tags: tags,
+			Attempt: Attempt{ID: id.Int64, Attempt: int(attempts.Int64), StartedAt: started.Time},
+			Queue:   queue, Kind: kindOf(kind, kinds), Payload: json.RawMessage(payload), Priority: int16(priority.Int64),
+			MaxAttempts: int(maxAttempt.Int64), CreatedAt: createdAt.Time, Wait: fromMs(waitMs.Float64), Tags: tags,
 		}
 		if metadata != nil {
-			j.Metadata = json.RawMessage(*metadata)
+			j.Metadata = json.RawMessage(metadata)
 		}
 		res.Jobs = append(res.Jobs, j)
 	}
@@ -224,6 +228,17 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 		return fmt.Errorf("claim: %w", err)
 	}
 	return nil
+}
+
+// kindOf returns the one of kinds that b names, or a copy of b when none
+// does.
+func kindOf(b []byte, kinds []string) string {
+	for _, k := range kinds {
+		if string(b) == k {
+			return k
+		}
+	}
+	return string(b)
 }
 
 // ClaimID claims the job id for lease if it is still pending and runnable,
