@@ -46,6 +46,10 @@ type completer struct {
 	// the stop's report, like an outcome the writer abandoned.
 	stopping bool
 	kick     chan struct{} // an attempt is due for a heartbeat earlier than the loop sleeps; capacity 1
+	// deadlines and their one timer, set for timerAt (zero when unset).
+	deadlines deadlines
+	timer     *time.Timer
+	timerAt   time.Time
 	// sleepsUntil is when the heartbeat loop, asleep, wakes next; zero
 	// while it is awake (it looks at every attempt again before it
 	// sleeps). Only an attempt due before it needs a kick: one per claimed
@@ -62,9 +66,11 @@ type attempt struct {
 	// surely holds: the send time of the statement that last extended it,
 	// plus the lease.
 	leaseEnd time.Time
-	// stop ends the attempt for this worker at leaseEnd minus the margin,
-	// unless a renewal moved leaseEnd first.
-	stop *time.Timer
+	// stopAt is leaseEnd minus the margin: the attempt ends for this worker
+	// then unless a renewal moved leaseEnd first (see deadlines). heapIndex
+	// is its place among the deadlines, -1 once out of them.
+	stopAt    time.Time
+	heapIndex int
 	// beatAt is when the next heartbeat of this attempt is due.
 	beatAt time.Time
 	// seen is set once a heartbeat recorded (heartbeat_at) that this worker
@@ -104,6 +110,8 @@ var ErrLeaseDeadline = fmt.Errorf("%w: its lease could not be renewed in time", 
 func newCompleter(rt *Runtime) *completer {
 	c := &completer{rt: rt, log: rt.log.Named("completer"), owned: map[claimer.AttemptKey]*attempt{},
 		kick: make(chan struct{}, 1)}
+	c.timer = time.AfterFunc(time.Hour, c.deadlinesDue)
+	c.timer.Stop()
 	c.writer = claimer.NewWriter(rt.store, claimer.WriterConfig{
 		MaxBatch: rt.cfg.ClaimBatch, Logger: rt.log, OnWritten: c.written, OnAbandoned: c.abandoned,
 		OnBatchCap: func(int) { rt.registry.update(context.Background(), rt.wakeState()) },
@@ -115,13 +123,13 @@ func newCompleter(rt *Runtime) *completer {
 // statement was sent: the database's lease began after it.
 func (c *completer) own(a claimer.Attempt, job *Job, cancel context.CancelCauseFunc, sent time.Time) {
 	lease := c.rt.cfg.Lease
-	at := &attempt{a: a, job: job, cancel: cancel, leaseEnd: sent.Add(lease), beatAt: sent.Add(seenDelay)}
+	at := &attempt{a: a, job: job, cancel: cancel, leaseEnd: sent.Add(lease), beatAt: sent.Add(seenDelay), heapIndex: -1}
 	key := a.Key()
 	stopAt := at.leaseEnd.Add(-leaseMargin(lease))
 	job.setOwnedUntil(stopAt)
 	c.mu.Lock()
 	c.owned[key] = at
-	at.stop = time.AfterFunc(time.Until(stopAt), func() { c.deadline(key) })
+	c.watchLocked(at, stopAt)
 	kick := !c.sleepsUntil.IsZero() && at.beatAt.Before(c.sleepsUntil)
 	c.mu.Unlock()
 	if kick {
@@ -132,30 +140,18 @@ func (c *completer) own(a claimer.Attempt, job *Job, cancel context.CancelCauseF
 	}
 }
 
-// deadline ends an attempt whose lease could not be renewed in time.
-func (c *completer) deadline(key claimer.AttemptKey) {
-	c.mu.Lock()
-	at := c.owned[key]
-	if c.closed || at == nil || at.finishing || at.expired || time.Now().Before(at.leaseEnd.Add(-leaseMargin(c.rt.cfg.Lease))) {
-		// Run has returned (its handlers were cancelled when it stopped),
-		// or the attempt is gone, returned, already stopped, or renewed
-		// while this timer fired.
-		c.mu.Unlock()
-		return
-	}
-	at.expired = true
-	at.cancel(ErrLeaseDeadline)
-	left := time.Until(at.leaseEnd)
-	c.mu.Unlock()
+// logDeadline says that the handler of at was stopped at its deadline
+// (see deadlinesDue), at now.
+func (c *completer) logDeadline(at *attempt, now time.Time) {
 	c.log.Warn("lease not renewed in time; stopping the handler before another worker may rescue the job",
-		zap.Int64("job_id", key.ID), zap.Int("attempt", key.Attempt), zap.Duration("lease_ends_in", left))
+		zap.Int64("job_id", at.a.ID), zap.Int("attempt", at.a.Attempt), zap.Duration("lease_ends_in", at.leaseEnd.Sub(now)))
 }
 
 // dropLocked lets go of an attempt. c.mu is held.
 func (c *completer) dropLocked(key claimer.AttemptKey) *attempt {
 	at := c.owned[key]
 	if at != nil {
-		at.stop.Stop()
+		c.unwatchLocked(at)
 		delete(c.owned, key)
 	}
 	return at
@@ -209,14 +205,14 @@ func (c *completer) finish(job *Job, res result) {
 		return
 	case resultInterrupted:
 		at.finishing, at.ran = true, res.took
-		at.stop.Stop()
+		c.unwatchLocked(at)
 		c.interrupted = append(c.interrupted, at.a)
 		c.mu.Unlock()
 		log().Info("handler stopped by shutdown; the job goes back to the queue", zap.NamedError("handler_error", res.err))
 		return
 	}
 	at.finishing, at.ran = true, res.took
-	at.stop.Stop()
+	c.unwatchLocked(at)
 	if !at.seen {
 		// The outcome says the attempt ran: only the lease needs keeping
 		// until it is written.
@@ -421,7 +417,7 @@ func (c *completer) heartbeatLoop(ctx context.Context) {
 				at.leaseEnd = sent.Add(cfg.Lease)
 				if !at.finishing {
 					stopAt := at.leaseEnd.Add(-leaseMargin(cfg.Lease))
-					at.stop.Reset(time.Until(stopAt))
+					c.watchLocked(at, stopAt)
 					at.job.setOwnedUntil(stopAt)
 				}
 			case status == claimer.Cancelled:
@@ -544,21 +540,11 @@ func (c *completer) releaseInterrupted(ctx context.Context) {
 // only log about a worker that is gone.
 func (c *completer) close() {
 	c.mu.Lock()
-	c.closed = true
-	for _, at := range c.owned {
-		at.stop.Stop()
-	}
+	c.closed = true // the timer is not set again, and ends nothing
+	c.timer.Stop()
 	c.mu.Unlock()
 	c.inflight.Wait()
 	c.writer.Close()
-	// An attempt still owned was given up by a hard stop, which cancelled
-	// its handler: its deadline has nothing left to stop, and nothing may
-	// run (or log) once Run has returned.
-	c.mu.Lock()
-	for _, at := range c.owned {
-		at.stop.Stop()
-	}
-	c.mu.Unlock()
 }
 
 // ownedIDs lists the jobs of attempts still owned.
