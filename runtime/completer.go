@@ -534,9 +534,9 @@ func (c *completer) releaseInterrupted(ctx context.Context) {
 }
 
 // close stops taking results: a handler that returns later has its result
-// discarded. The writer then writes what it has and stops. The deadlines
-// of attempts still owned are stopped too: their handlers were cancelled
-// and waited for already, and a timer firing after Run returned would
+// discarded. The writer then writes what it has and stops. The deadlines'
+// timer is stopped too: the handlers of attempts still owned were cancelled
+// and waited for already, and a deadline passing after Run returned would
 // only log about a worker that is gone.
 func (c *completer) close() {
 	c.mu.Lock()
