@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh is the test command: what the README tells you to run and what CI
 # runs (.ci/run). It needs a Debian-like machine where scripts/setup.sh can
-# work (root, or sudo), and takes about ten minutes on two cores.
+# work (root, or sudo), and takes ten to twenty minutes on two cores, as
+# busy as the machine is.
 #
 # Passes, each under its own header:
 #   1. scripts/setup.sh: PostgreSQL with wal_level=logical on 127.0.0.1:5432,
@@ -16,9 +17,15 @@
 #      detector does not reach, so they run once, in the next pass.
 #   5. go test ./... again with FILA_TEST_PGBOUNCER_URL set, so every test's
 #      main DSN goes through PgBouncer in transaction mode (listeners still use
-#      the direct DSN). Without -race: this pass is about the pooler, and the
-#      race detector has already run over the same code.
-#   6. bench/peers (a module of its own) when bench/peers/go.mod exists: go vet,
+#      the direct DSN), but for internal/chaos. Without -race: this pass is
+#      about the pooler, and the race detector has already run over the same
+#      code.
+#   6. internal/chaos through PgBouncer, alone: its fault scenarios run
+#      `fila work` processes on leases of two or three seconds, and beside
+#      cmd/fila's tests (which start processes and clusters of their own)
+#      the machine's load reached 30 on two cores: commands started seconds
+#      after their claims and leases lapsed until jobs ran out of attempts.
+#   7. bench/peers (a module of its own) when bench/peers/go.mod exists: go vet,
 #      go test (River, gue, graphile-worker and pg-boss at a tiny size), and
 #      the Node.js module's own tests (npm test in bench/peers/node).
 #
@@ -30,7 +37,7 @@
 #
 # Environment: TEST_DATABASE_URL (direct admin DSN, default
 # postgres://postgres@127.0.0.1:5432/postgres) and FILA_TEST_PGBOUNCER_URL
-# (PgBouncer DSN for pass 4, default postgres://postgres@127.0.0.1:6432/postgres).
+# (PgBouncer DSN for passes 5 and 6, default postgres://postgres@127.0.0.1:6432/postgres).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -81,8 +88,12 @@ pass "TestHA: a Patroni cluster's switchover and failover, alone" \
 race_pkgs=$(go list ./... | grep -v '/cmd/fila$')
 pass "go test -race (direct to PostgreSQL)" \
 	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 12m -skip '^TestHA$' $race_pkgs
+# Every package but internal/chaos, which runs alone next (see pass 6).
+bouncer_pkgs=$(go list ./... | grep -v '/internal/chaos$')
 pass "go test (main DSNs through PgBouncer)" \
-	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m ./...
+	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m $bouncer_pkgs
+pass "internal/chaos through PgBouncer, alone" \
+	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m ./internal/chaos
 if [ -f bench/peers/go.mod ]; then
 	pass "bench/peers: go vet, go test and npm test" \
 		bash -c 'cd bench/peers && go vet ./... && go test -count=1 ./... && cd node && npm test'

@@ -108,6 +108,14 @@ func FrozenWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 				return
 			}
 			r.claimedAt = at
+			// Frozen while its command runs: on a loaded machine the command
+			// may start later than the offset after the claim, and a worker
+			// frozen before it hands the command over has nothing running
+			// to prove anything about.
+			if !waitFor(ctx, 30*time.Second, func() bool { return commandStarted(watch, r.job) }) {
+				r.err = fmt.Errorf("job %d (%s): its command did not start within 30s of the claim", r.job, r.kind)
+				return
+			}
 			if sleepUntil(ctx, at.Add(r.offset)) != nil {
 				return
 			}
@@ -246,4 +254,19 @@ func FrozenWorker(ctx context.Context, env *Env, size Size) (*Result, error) {
 		res.note("frozen worker output: %s", b.String())
 	}
 	return res, nil
+}
+
+// commandStarted reports whether a run of job has started, as its command
+// recorded in the watched runs file.
+func commandStarted(w *runWatch, job int64) bool {
+	runs, err := w.runs()
+	if err != nil {
+		return false
+	}
+	for _, r := range runs {
+		if r.job == job {
+			return true
+		}
+	}
+	return false
 }
