@@ -80,22 +80,30 @@ func IsTimeout(err error) bool {
 		(errors.As(err, &pgErr) && pgErr.Code == "57014" && strings.Contains(pgErr.Message, "timeout"))
 }
 
-// inSession runs fn, the whole of one Store method, and runs it once more
-// with an explicit session if the session's own defaults refused it (a
+// inSession runs fn, the whole of one Store method, and runs it again with
+// an explicit session if the session's own defaults refused it (a
 // serialization failure, or its statement_timeout): the statement that
-// failed committed nothing.
+// failed committed nothing. An explicit session still runs its first two
+// statements (BEGIN, and the set_config of the statement's own timeout)
+// under the session's timeout, and on a loaded machine a fresh backend
+// took longer than a role's 8 ms for them: fn runs up to sessionRetries
+// times in all.
 func (s *Store) inSession(ctx context.Context, fn func() error) error {
-	wasExplicit := s.explicit.Load()
 	err := fn()
-	if err == nil || wasExplicit || ctx.Err() != nil || !(IsSerializationFailure(err) || IsSessionTimeout(err)) {
-		return err
+	for try := 1; try < sessionRetries && err != nil && ctx.Err() == nil &&
+		(IsSerializationFailure(err) || IsSessionTimeout(err)); try++ {
+		if s.explicit.CompareAndSwap(false, true) && s.log != nil {
+			s.log.Warn("a statement failed under the session's defaults (isolation or statement_timeout); Fila's statements set their own from now on",
+				zap.Error(err))
+		}
+		err = fn()
 	}
-	if s.explicit.CompareAndSwap(false, true) && s.log != nil {
-		s.log.Warn("a statement failed under the session's defaults (isolation or statement_timeout); Fila's statements set their own from now on",
-			zap.Error(err))
-	}
-	return fn()
+	return err
 }
+
+// sessionRetries is how many times inSession runs a method whose statements
+// the session's defaults refused.
+const sessionRetries = 4
 
 // query runs sql, in a READ COMMITTED transaction of its own when s sets
 // isolation itself.
