@@ -75,9 +75,20 @@ func (l *Listener) Stats() Stats { return l.stats() }
 // connection is lost. It returns nil on cancellation, and an error only when
 // the DSN cannot be used: it does not parse, or it leads to a pooler.
 func (l *Listener) Run(ctx context.Context) error {
+	connCfg, err := l.connConfig()
+	if err != nil {
+		return err
+	}
+	return l.loop(ctx, l.cfg.ReconnectMax, func(ctx context.Context) (session, error) {
+		return l.connect(ctx, connCfg)
+	})
+}
+
+// connConfig is the DSN's connection settings with the listener's defaults.
+func (l *Listener) connConfig() (*pgx.ConnConfig, error) {
 	connCfg, err := pgconfig.Conn(l.cfg.DSN)
 	if err != nil {
-		return fmt.Errorf("listener: DSN: %w", err)
+		return nil, fmt.Errorf("listener: DSN: %w", err)
 	}
 	if _, ok := connCfg.RuntimeParams["application_name"]; !ok {
 		connCfg.RuntimeParams["application_name"] = ApplicationName
@@ -85,15 +96,14 @@ func (l *Listener) Run(ctx context.Context) error {
 	if connCfg.ConnectTimeout == 0 {
 		connCfg.ConnectTimeout = connectTimeoutDefault
 	}
-	return l.loop(ctx, l.cfg.ReconnectMax, func(ctx context.Context) (session, error) {
-		return l.connect(ctx, connCfg)
-	})
+	ownStatementTimeout(&connCfg.Config)
+	return connCfg, nil
 }
 
 // connect opens the connection, makes sure it reaches PostgreSQL itself, and
 // LISTENs on every channel, confirming each with pg_listening_channels.
 func (l *Listener) connect(ctx context.Context, connCfg *pgx.ConnConfig) (session, error) {
-	conn, err := pgx.ConnectConfig(ctx, connCfg)
+	conn, err := connectLifted(ctx, connCfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}

@@ -103,9 +103,21 @@ func (w *WAL) Stats() Stats { return w.stats() }
 // server cannot stream to it: an unusable DSN, a pooler in the way, wal_level
 // below logical, or a role without the REPLICATION privilege.
 func (w *WAL) Run(ctx context.Context) error {
+	sqlCfg, replCfg, err := w.connConfigs()
+	if err != nil {
+		return err
+	}
+	return w.loop(ctx, w.cfg.ReconnectMax, func(ctx context.Context) (session, error) {
+		return w.connect(ctx, sqlCfg, replCfg)
+	})
+}
+
+// connConfigs is the DSN's settings for the ordinary session that runs the
+// checks and for the replication session, with the source's defaults.
+func (w *WAL) connConfigs() (*pgx.ConnConfig, *pgconn.Config, error) {
 	sqlCfg, err := pgconfig.Conn(w.cfg.DSN)
 	if err != nil {
-		return fmt.Errorf("listener: WAL DSN: %w", err)
+		return nil, nil, fmt.Errorf("listener: WAL DSN: %w", err)
 	}
 	// The checks and the publication need an ordinary session, even when the
 	// DSN already asks for replication.
@@ -114,10 +126,7 @@ func (w *WAL) Run(ctx context.Context) error {
 
 	replCfg := sqlCfg.Config.Copy()
 	replCfg.RuntimeParams["replication"] = "database"
-
-	return w.loop(ctx, w.cfg.ReconnectMax, func(ctx context.Context) (session, error) {
-		return w.connect(ctx, sqlCfg, replCfg)
-	})
+	return sqlCfg, replCfg, nil
 }
 
 func setConnDefaults(cfg *pgconn.Config) {
@@ -127,6 +136,7 @@ func setConnDefaults(cfg *pgconn.Config) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = connectTimeoutDefault
 	}
+	ownStatementTimeout(cfg)
 }
 
 // connect checks the server, makes sure the publication exists, and starts
@@ -202,7 +212,7 @@ func (w *WAL) dropSlot(conn *pgconn.PgConn, slot string) {
 // prepare runs the checks that need an ordinary session, and creates the
 // publication if it is missing.
 func (w *WAL) prepare(ctx context.Context, cfg *pgx.ConnConfig) error {
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := connectLifted(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
