@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh is the test command: what the README tells you to run and what CI
 # runs (.ci/run). It needs a Debian-like machine where scripts/setup.sh can
-# work (root, or sudo), and takes ten to twenty minutes on two cores, as
+# work (root, or sudo), and takes about twelve minutes on two cores, as
 # busy as the machine is.
 #
 # Passes, each under its own header:
