@@ -1,9 +1,6 @@
 package runtime
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
 // deadlines orders the attempts whose handlers run by the local time at
 // which each must stop (attempt.stopAt), for one timer that fires at the
@@ -12,28 +9,82 @@ import (
 // outcome, from every handler's goroutine at once. Entries leave the heap
 // when their handler returns or the attempt is dropped; a renewal moves
 // its entry later. The completer's mutex guards it.
+//
+// The heap is written out for *attempt rather than through container/heap:
+// unwatchLocked runs on every job's goroutine, and the interface calls'
+// frames made that small stack grow (copied, then freed at the goroutine's
+// end) in a third of the jobs of a drain.
 type deadlines []*attempt
 
-func (d deadlines) Len() int           { return len(d) }
-func (d deadlines) Less(i, j int) bool { return d[i].stopAt.Before(d[j].stopAt) }
-func (d deadlines) Swap(i, j int) {
+func (d deadlines) less(i, j int) bool { return d[i].stopAt.Before(d[j].stopAt) }
+
+func (d deadlines) swap(i, j int) {
 	d[i], d[j] = d[j], d[i]
 	d[i].heapIndex, d[j].heapIndex = i, j
 }
 
-func (d *deadlines) Push(x any) {
-	at := x.(*attempt)
-	at.heapIndex = len(*d)
-	*d = append(*d, at)
+// up moves entry i towards the root while it is earlier than its parent.
+func (d deadlines) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !d.less(i, parent) {
+			return
+		}
+		d.swap(i, parent)
+		i = parent
+	}
 }
 
-func (d *deadlines) Pop() any {
-	old := *d
-	at := old[len(old)-1]
-	old[len(old)-1] = nil
-	*d = old[:len(old)-1]
+// down moves entry i towards the leaves while a child is earlier; it
+// reports whether the entry moved.
+func (d deadlines) down(i int) bool {
+	start := i
+	for {
+		first := 2*i + 1
+		if first >= len(d) {
+			break
+		}
+		if second := first + 1; second < len(d) && d.less(second, first) {
+			first = second
+		}
+		if !d.less(first, i) {
+			break
+		}
+		d.swap(i, first)
+		i = first
+	}
+	return i > start
+}
+
+// push adds at.
+func (d *deadlines) push(at *attempt) {
+	at.heapIndex = len(*d)
+	*d = append(*d, at)
+	d.up(at.heapIndex)
+}
+
+// remove takes out the entry at index i and returns it.
+func (d *deadlines) remove(i int) *attempt {
+	h := *d
+	last := len(h) - 1
+	if i != last {
+		h.swap(i, last)
+		if !h[:last].down(i) {
+			h[:last].up(i)
+		}
+	}
+	at := h[last]
+	h[last] = nil
+	*d = h[:last]
 	at.heapIndex = -1
 	return at
+}
+
+// fix restores the order after the entry at index i changed its stopAt.
+func (d deadlines) fix(i int) {
+	if !d.down(i) {
+		d.up(i)
+	}
 }
 
 // watchLocked puts at's deadline, stopAt, in the heap (or moves it there),
@@ -41,9 +92,9 @@ func (d *deadlines) Pop() any {
 func (c *completer) watchLocked(at *attempt, stopAt time.Time) {
 	at.stopAt = stopAt
 	if at.heapIndex >= 0 {
-		heap.Fix(&c.deadlines, at.heapIndex)
+		c.deadlines.fix(at.heapIndex)
 	} else {
-		heap.Push(&c.deadlines, at)
+		c.deadlines.push(at)
 	}
 	c.armLocked()
 }
@@ -53,7 +104,7 @@ func (c *completer) watchLocked(at *attempt, stopAt time.Time) {
 // finds nothing due. c.mu is held.
 func (c *completer) unwatchLocked(at *attempt) {
 	if at.heapIndex >= 0 {
-		heap.Remove(&c.deadlines, at.heapIndex)
+		c.deadlines.remove(at.heapIndex)
 	}
 }
 
@@ -80,7 +131,7 @@ func (c *completer) deadlinesDue() {
 	now := time.Now()
 	var ended []*attempt
 	for len(c.deadlines) > 0 && !c.deadlines[0].stopAt.After(now) {
-		at := heap.Pop(&c.deadlines).(*attempt)
+		at := c.deadlines.remove(0)
 		if c.closed || at.finishing || at.expired {
 			continue
 		}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -66,4 +67,49 @@ func TestDeadlinesStopOnlyWhatIsDue(t *testing.T) {
 	c.deadlinesDue()
 	require.NoError(t, late.ctx.Err())
 	require.True(t, c.timerAt.IsZero())
+}
+
+// The heap keeps its order and every entry's index through pushes, removals
+// from anywhere and moved deadlines, and gives its entries back in order.
+func TestDeadlinesHeapOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := time.Now()
+	var d deadlines
+	var in []*attempt
+	check := func() {
+		t.Helper()
+		for i, at := range d {
+			require.Equal(t, i, at.heapIndex, "entry %d's index", i)
+			if i > 0 {
+				require.False(t, d.less(i, (i-1)/2), "entry %d is earlier than its parent", i)
+			}
+		}
+	}
+	for step := 0; step < 5000; step++ {
+		switch op := rng.IntN(4); {
+		case op <= 1 || len(in) == 0:
+			at := &attempt{heapIndex: -1, stopAt: base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)}
+			d.push(at)
+			in = append(in, at)
+		case op == 2:
+			k := rng.IntN(len(in))
+			at := in[k]
+			require.Same(t, at, d.remove(at.heapIndex))
+			require.Equal(t, -1, at.heapIndex)
+			in = append(in[:k], in[k+1:]...)
+		default:
+			at := in[rng.IntN(len(in))]
+			at.stopAt = base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+			d.fix(at.heapIndex)
+		}
+		check()
+	}
+	require.Len(t, d, len(in))
+	var last time.Time
+	for len(d) > 0 {
+		at := d.remove(0)
+		require.False(t, at.stopAt.Before(last), "taken out of order")
+		last = at.stopAt
+		check()
+	}
 }
