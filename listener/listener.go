@@ -123,6 +123,9 @@ func (l *Listener) connect(ctx context.Context, connCfg *pgx.ConnConfig) (sessio
 	if err := checkPrimary(ctx, conn, l.cfg.PingTimeout); err != nil {
 		return nil, err
 	}
+	if err := liftIdleSessionTimeout(ctx, conn, l.cfg.PingTimeout); err != nil {
+		return nil, err
+	}
 	for _, ch := range l.channels {
 		if err := l.exec(ctx, conn, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", ch, err)

@@ -3,7 +3,9 @@ package listener
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -48,4 +50,27 @@ func refusedStatementTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "08P01" /* protocol_violation */ &&
 		strings.Contains(pgErr.Message, "startup parameter") && strings.Contains(pgErr.Message, "statement_timeout")
+}
+
+// sqlLiftIdleSessionTimeout turns idle_session_timeout off for the session
+// when it is set. current_setting's missing_ok makes it a no-op before
+// PostgreSQL 14, which has no such setting.
+const sqlLiftIdleSessionTimeout = `SELECT set_config('idle_session_timeout', '0', false)
+WHERE current_setting('idle_session_timeout', true) <> '0'`
+
+// liftIdleSessionTimeout turns off, on a listener's session, an
+// idle_session_timeout the role or database sets: the session waits for
+// notifications, idle by design between its checks every PingInterval,
+// and a default shorter than that ended it again and again (each time
+// losing what was notified until the reconnect's catch-up claim). It cannot
+// travel in the startup packet as statement_timeout does: a server before
+// PostgreSQL 14 refuses the connection over an unknown parameter. A WAL
+// source's replication session is not subject to it.
+func liftIdleSessionTimeout(ctx context.Context, conn *pgx.Conn, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := conn.Exec(ctx, sqlLiftIdleSessionTimeout); err != nil {
+		return fmt.Errorf("lift idle_session_timeout: %w", err)
+	}
+	return nil
 }

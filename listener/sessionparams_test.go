@@ -4,10 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fila-run/fila/internal/testdb"
 )
 
 // A database default of ten milliseconds, meant for an application's
@@ -82,4 +85,34 @@ func TestSourcesLiftTheDatabasesStatementTimeout(t *testing.T) {
 	_, err = conn.Exec(ctx, "INSERT INTO fila_jobs (kind) VALUES ('email')")
 	require.NoError(t, err)
 	waitWake(t, l, "a wake for an insert under a 10 ms default")
+}
+
+// A database default of idle_session_timeout, shorter than the listener's
+// checks, does not end its session: it stays connected, without a
+// reconnect, and wakes on an insert made after several such timeouts.
+func TestListenerLiftsTheDatabasesIdleSessionTimeout(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	var version int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int").Scan(&version))
+	if version < 140000 {
+		testdb.Missing(t, "idle_session_timeout exists from PostgreSQL 14; this server is %d", version)
+	}
+	db.SetDefault(t, "idle_session_timeout", "200ms")
+	ctx := context.Background()
+	l := newListener(t, Config{DSN: db.DirectDSN, PingInterval: 5 * time.Second})
+	start(t, l)
+	waitReady(t, l)
+	time.Sleep(time.Second) // five of the default's timeouts
+	require.True(t, l.Healthy())
+	require.Zero(t, l.Stats().Reconnects, "the listener's session was ended while it waited")
+
+	// The test's own session is subject to the default: a fresh one.
+	conn, err := pgx.Connect(ctx, db.DirectDSN)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "INSERT INTO fila_jobs (kind) VALUES ('email')")
+	require.NoError(t, err)
+	waitWake(t, l, "a wake for an insert after the idle timeouts")
+	require.Zero(t, l.Stats().Reconnects)
 }
