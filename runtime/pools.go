@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +32,7 @@ const controlConns = 6
 // the worker's registry row and the wake source (told which database it
 // must reach).
 func (r *Runtime) open(ctx context.Context) error {
+	r.pingAfter.Store(int64(pingIdleAfter))
 	if r.cfg.Pool != nil {
 		r.pool = r.cfg.Pool
 		// The application's handlers may hold every connection of its pool,
@@ -39,7 +42,7 @@ func (r *Runtime) open(ctx context.Context) error {
 		// from the same configuration.
 		cc := r.cfg.Pool.Config()
 		cc.MaxConns, cc.MinConns = controlConns, 0
-		cc.ShouldPing = shouldPing
+		cc.ShouldPing = r.shouldPing
 		var err error
 		if r.control, err = r.readOnly.openPool(ctx, cc); err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -62,7 +65,7 @@ func (r *Runtime) open(ctx context.Context) error {
 		// round trip before its claim. Ping only connections idle for long
 		// enough that a server or pooler may have dropped them; a claim on
 		// a dropped connection fails and is retried on a new one anyway.
-		pc.ShouldPing = shouldPing
+		pc.ShouldPing = r.shouldPing
 		r.pool, err = r.readOnly.openPool(ctx, pc)
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -173,17 +176,46 @@ func (r *Runtime) setHotPathMode(ctx context.Context) {
 // statement_timeout (see claimer.SetExplicitSession). A failure to read
 // them is left to the statements that follow: the store also switches at
 // the first statement those defaults fail.
+//
+// It also reads idle_session_timeout (PostgreSQL 14 and later): the server
+// ends a session idle for that long, and a pooled connection it ended
+// failed the next statement that used it (a claim after a quiet spell,
+// logged as failed and retried after a backoff). Connections idle for half
+// of it are pinged before use from then on: a live one answers, a dead one
+// is replaced before any statement of Fila's meets it.
 func (r *Runtime) checkSession(ctx context.Context) {
-	var iso, timeout string
-	if err := r.control.QueryRow(ctx, "SELECT current_setting('transaction_isolation'), current_setting('statement_timeout')").
-		Scan(&iso, &timeout); err != nil {
+	var iso, timeout, idleTimeout string
+	if err := r.control.QueryRow(ctx, `SELECT current_setting('transaction_isolation'), current_setting('statement_timeout'),
+		coalesce(current_setting('idle_session_timeout', true), '0')`).
+		Scan(&iso, &timeout, &idleTimeout); err != nil {
 		return
+	}
+	if d, ok := settingDuration(idleTimeout); ok && d > 0 && d/2 < pingIdleAfter {
+		r.pingAfter.Store(int64(d / 2))
+		r.log.Info("the database ends idle sessions: pooled connections idle for half that long are pinged before use",
+			zap.Duration("idle_session_timeout", d))
 	}
 	if iso != "read committed" || timeout != "0" {
 		r.store.SetExplicitSession(true)
 		r.log.Info("the database's session defaults do not suit Fila's statements: they set their own isolation and timeouts",
 			zap.String("default_isolation", iso), zap.String("statement_timeout", timeout))
 	}
+}
+
+// settingDuration parses a time setting as current_setting shows it: an
+// integer and one of PostgreSQL's units (ms, s, min, h, d), or 0.
+func settingDuration(v string) (time.Duration, bool) {
+	units := []struct {
+		suffix string
+		unit   time.Duration
+	}{{"ms", time.Millisecond}, {"min", time.Minute}, {"s", time.Second}, {"h", time.Hour}, {"d", 24 * time.Hour}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			i, err := strconv.ParseInt(n, 10, 64)
+			return time.Duration(i) * u.unit, err == nil && i >= 0
+		}
+	}
+	return 0, v == "0"
 }
 
 // storeQuerier runs a migrations.Querier's statements through the store.
@@ -232,9 +264,11 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int) {
 	}
 }
 
-// shouldPing pings a pooled connection only after pingIdleAfter idle.
-func shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
-	return p.IdleDuration > pingIdleAfter
+// shouldPing pings a pooled connection only after pingIdleAfter idle, or
+// half the sessions' idle_session_timeout when that is shorter (see
+// checkSession).
+func (r *Runtime) shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > time.Duration(r.pingAfter.Load())
 }
 
 // closePools closes the pools Fila opened. After a stop the database did

@@ -86,6 +86,9 @@ type Runtime struct {
 	ownsControl bool
 	store       *claimer.Store
 	readOnly    *readOnlyGuard // drops the pools' connections found on a read-only server
+	// pingAfter is how long, in nanoseconds, a pooled connection may sit
+	// idle before it is pinged on its next use (see shouldPing).
+	pingAfter atomic.Int64
 
 	source    wakeSource // nil in ModePoll; built by Run
 	producers []*producer
