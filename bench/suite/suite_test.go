@@ -154,8 +154,20 @@ func TestIdle(t *testing.T) {
 		require.Len(t, res.Idle, 3)
 		over := ""
 		for _, x := range res.Idle {
-			require.Greater(t, x.Seconds, 0.5, "the measured window is about the 1 s asked for")
 			require.Positive(t, x.Backends, x.Mode)
+			row := fmt.Sprintf("%s/%d", x.Mode, x.Queues)
+			if x.Seconds <= 0.5 {
+				// The window is the difference of two workers' lives, each
+				// ending with its stop: one stop slower than the other by
+				// half a second on a loaded machine leaves too short a
+				// window to judge (0.44 s, beside the race pass's
+				// heaviest packages). Measure again.
+				t.Logf("attempt %d: %s (%d queues): window %.2f s, not about the 1 s asked for", attempt, x.Mode, max(x.Queues, 1), x.Seconds)
+				if !within[row] {
+					over += fmt.Sprintf("%s: a window of %.2f s; ", x.Mode, x.Seconds)
+				}
+				continue
+			}
 			t.Logf("attempt %d: %s (%d queues): %d transactions in %.2f s (and %d reads of the notification queue), bound %d",
 				attempt, x.Mode, max(x.Queues, 1), x.Transactions, x.Seconds, x.QueueReads, report.IdleBound(x))
 			// The README's claim: an idle worker costs a query per poll
@@ -167,7 +179,6 @@ func TestIdle(t *testing.T) {
 			// traffic count different reads (notify rows of 4 to 13 over
 			// 12 to 22 reads while another package's tests ran; 0 to 3 on
 			// a quiet machine).
-			row := fmt.Sprintf("%s/%d", x.Mode, x.Queues)
 			if x.Transactions <= int64(report.IdleBound(x)+idleSlack)+x.QueueReads/2 {
 				within[row] = true
 			} else if !within[row] {
