@@ -62,7 +62,7 @@ WHERE current_setting('idle_session_timeout', true) <> '0'`
 // idle_session_timeout the role or database sets: the session waits for
 // notifications, idle by design between its checks every PingInterval,
 // and a default shorter than that ended it again and again (each time
-// losing what was notified until the reconnect's catch-up claim). It cannot
+// missing what was notified until the reconnect's catch-up claim). It cannot
 // travel in the startup packet as statement_timeout does: a server before
 // PostgreSQL 14 refuses the connection over an unknown parameter. A WAL
 // source's replication session is not subject to it.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/fila-run/fila/claimer"
 )
@@ -168,7 +169,7 @@ func (c *completer) finish(job *Job, res result) {
 		// Run has returned (a handler that ignored cancellation came back
 		// after the grace), or the attempt was abandoned: its job runs again
 		// after its lease expires.
-		c.logFinish(job, res, "handler returned after this worker let go of the attempt; its result is discarded")
+		c.logFinish(job, res, zap.WarnLevel, "handler returned after this worker let go of the attempt; its result is discarded")
 		return
 	}
 	if res.kind == resultCompletedInTx || res.kind == resultLeaseLost || res.kind == resultCancelled || res.kind == resultInterrupted {
@@ -249,35 +250,31 @@ func (c *completer) finishUnwritten(job *Job, res result, key claimer.AttemptKey
 		c.mu.Unlock()
 		c.rt.leaseLost.Add(1)
 		obs.Finished(job, OutcomeLeaseLost, res.took)
-		c.logFinish(job, res, "lease lost while the handler ran; its result is discarded")
+		c.logFinish(job, res, zap.WarnLevel, "lease lost while the handler ran; its result is discarded")
 	case resultCancelled:
 		c.dropLocked(key)
 		c.mu.Unlock()
 		c.rt.cancelled.Add(1)
 		obs.Finished(job, OutcomeCancelled, res.took)
-		c.logFinish(job, res, "job cancelled while it ran; the handler was stopped")
+		c.logFinish(job, res, zap.InfoLevel, "job cancelled while it ran; the handler was stopped")
 	case resultInterrupted:
 		at.finishing, at.ran = true, res.took
 		c.unwatchLocked(at)
 		c.interrupted = append(c.interrupted, at.a)
 		c.mu.Unlock()
-		c.logFinish(job, res, "handler stopped by shutdown; the job goes back to the queue")
+		c.logFinish(job, res, zap.InfoLevel, "handler stopped by shutdown; the job goes back to the queue")
 	default:
 		c.mu.Unlock()
 	}
 }
 
-// logFinish logs an attempt that ended without an outcome to write: at
-// info level for a cancellation or a shutdown, else as a warning.
+// logFinish logs, at level, an attempt that ended without an outcome to
+// write.
 //
 //go:noinline
-func (c *completer) logFinish(job *Job, res result, msg string) {
-	log := c.log.With(zap.Int64("job_id", job.ID), zap.String("kind", job.Kind), zap.Int("attempt", job.Attempt))
-	if res.kind == resultCancelled || res.kind == resultInterrupted {
-		log.Info(msg, zap.NamedError("handler_error", res.err))
-		return
-	}
-	log.Warn(msg, zap.NamedError("handler_error", res.err))
+func (c *completer) logFinish(job *Job, res result, level zapcore.Level, msg string) {
+	c.log.Log(level, msg, zap.Int64("job_id", job.ID), zap.String("kind", job.Kind), zap.Int("attempt", job.Attempt),
+		zap.NamedError("handler_error", res.err))
 }
 
 // logOutcome logs the outcome finish is about to write.
