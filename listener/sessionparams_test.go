@@ -9,8 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
-
-	"github.com/fila-run/fila/internal/testdb"
 )
 
 // A database default of ten milliseconds, meant for an application's
@@ -93,11 +91,7 @@ func TestSourcesLiftTheDatabasesStatementTimeout(t *testing.T) {
 func TestListenerLiftsTheDatabasesIdleSessionTimeout(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
-	var version int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int").Scan(&version))
-	if version < 140000 {
-		testdb.Missing(t, "idle_session_timeout exists from PostgreSQL 14; this server is %d", version)
-	}
+	db.NeedsVersion(t, 14, "idle_session_timeout")
 	db.SetDefault(t, "idle_session_timeout", "200ms")
 	ctx := context.Background()
 	l := newListener(t, Config{DSN: db.DirectDSN, PingInterval: 5 * time.Second})

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -25,11 +24,7 @@ import (
 func TestPickupAfterTheDatabaseEndedIdleSessions(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
-	var version int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int").Scan(&version))
-	if version < 140000 {
-		testdb.Missing(t, "idle_session_timeout exists from PostgreSQL 14; this server is %d", version)
-	}
+	db.NeedsVersion(t, 14, "idle_session_timeout")
 	db.SetDefault(t, "idle_session_timeout", "300ms")
 	ran := make(chan int64, 10)
 	core, logs := observer.New(zapcore.WarnLevel)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -184,13 +182,14 @@ func (r *Runtime) setHotPathMode(ctx context.Context) {
 // of it are pinged before use from then on: a live one answers, a dead one
 // is replaced before any statement of Fila's meets it.
 func (r *Runtime) checkSession(ctx context.Context) {
-	var iso, timeout, idleTimeout string
+	var iso, timeout string
+	var idleMs float64
 	if err := r.control.QueryRow(ctx, `SELECT current_setting('transaction_isolation'), current_setting('statement_timeout'),
-		coalesce(current_setting('idle_session_timeout', true), '0')`).
-		Scan(&iso, &timeout, &idleTimeout); err != nil {
+		coalesce(extract(epoch FROM current_setting('idle_session_timeout', true)::interval) * 1000, 0)::float8`).
+		Scan(&iso, &timeout, &idleMs); err != nil {
 		return
 	}
-	if d, ok := settingDuration(idleTimeout); ok && d > 0 && d/2 < pingIdleAfter {
+	if d := time.Duration(idleMs * float64(time.Millisecond)); d > 0 && d/2 < pingIdleAfter {
 		r.pingAfter.Store(int64(d / 2))
 		r.log.Info("the database ends idle sessions: pooled connections idle for half that long are pinged before use",
 			zap.Duration("idle_session_timeout", d))
@@ -200,22 +199,6 @@ func (r *Runtime) checkSession(ctx context.Context) {
 		r.log.Info("the database's session defaults do not suit Fila's statements: they set their own isolation and timeouts",
 			zap.String("default_isolation", iso), zap.String("statement_timeout", timeout))
 	}
-}
-
-// settingDuration parses a time setting as current_setting shows it: an
-// integer and one of PostgreSQL's units (ms, s, min, h, d), or 0.
-func settingDuration(v string) (time.Duration, bool) {
-	units := []struct {
-		suffix string
-		unit   time.Duration
-	}{{"ms", time.Millisecond}, {"min", time.Minute}, {"s", time.Second}, {"h", time.Hour}, {"d", 24 * time.Hour}}
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(v, u.suffix); ok {
-			i, err := strconv.ParseInt(n, 10, 64)
-			return time.Duration(i) * u.unit, err == nil && i >= 0
-		}
-	}
-	return 0, v == "0"
 }
 
 // storeQuerier runs a migrations.Querier's statements through the store.

@@ -122,6 +122,20 @@ func New(t testing.TB) *DB {
 	return db
 }
 
+// NeedsVersion fails the test (skips it outside the test command, see
+// Missing) when the server is older than PostgreSQL major, which what
+// names the reason of.
+func (db *DB) NeedsVersion(t testing.TB, major int, what string) {
+	t.Helper()
+	var version int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		t.Fatalf("testdb: read the server's version: %v", err)
+	}
+	if version < major*10000 {
+		Missing(t, "%s needs PostgreSQL %d or later; this server is %d", what, major, version)
+	}
+}
+
 // SetDefault sets a session default of the database (ALTER DATABASE … SET),
 // which only sessions opened afterwards take. Behind PgBouncer the pooler
 // keeps its server sessions, opened before, so it is told to replace them
