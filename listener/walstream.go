@@ -14,8 +14,8 @@ import (
 
 // stream is the state of one replication connection.
 type stream struct {
-	// received is the end of the WAL the server has sent; it is reported as
-	// written, flushed and applied, since a wake source keeps nothing and a
+	// received is the furthest WAL position the server has reported
+	// sending; it is reported as written, flushed and applied, since a wake source keeps nothing and a
 	// temporary slot is never resumed, so the slot need retain no WAL.
 	received pglogrepl.LSN
 	// queueCol maps a relation to the index of its queue column.
@@ -106,7 +106,12 @@ func (w *WAL) handleCopyData(st *stream, data []byte) (bool, error) {
 			return false, fmt.Errorf("replication stream: %w", err)
 		}
 		w.handleLogical(st, xld.WALData)
-		st.received = max(st.received, xld.WALStart+pglogrepl.LSN(len(xld.WALData)))
+		// A logical message's bytes are pgoutput's, not WAL: its start plus
+		// their length may lie past anything the server sent (a large
+		// payload's text against its compressed tuple). Only the server's
+		// own positions are reported, because a fast shutdown waits until
+		// the client confirms exactly the position sent.
+		st.received = max(st.received, xld.ServerWALEnd)
 	}
 	return false, nil
 }
