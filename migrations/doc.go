@@ -68,7 +68,7 @@
 //	fila_batch_count                 function  0023
 //	fila_claim                       function  0002 0003 0006 0010 0011 0013 0014 0019 0020 0021 0022
 //	fila_claim_id                    function  0012 0013 0014 0019 0020
-//	fila_complete                    function  0024
+//	fila_complete                    function  0024 0025
 //	fila_finish                      function  0002 0006 0008 0013 0014 0016
 //	fila_flow_advance                function  0023
 //	fila_flow_check                  function  0023

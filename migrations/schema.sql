@@ -1,7 +1,7 @@
 -- Fila's schema as Migrate leaves it: tables with their columns,
 -- constraints and indexes, then functions, then triggers.
 --
--- Migration: 0024 (lean_completion)
+-- Migration: 0025 (completion_in_one_write)
 -- Generated on PostgreSQL 15 from a freshly migrated database: do not edit.
 --
 -- The numbered migrations are its history, and doc.go lists which of them
@@ -563,9 +563,28 @@ CREATE OR REPLACE FUNCTION fila_complete(p_ids bigint[], p_attempts integer[], p
  SET enable_seqscan TO 'off'
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
+ SET lock_timeout TO '10ms'
 AS $function$
 #variable_conflict use_column
 BEGIN
+    BEGIN
+        RETURN QUERY
+        WITH updated AS (
+            UPDATE fila_jobs j
+            SET state = 'completed', finished_at = now(), lease_until = NULL
+            FROM unnest(p_ids, p_attempts, p_started) AS d(id, attempt, started)
+            WHERE j.id = d.id
+              AND coalesce(j.state = 'running' AND j.attempts = d.attempt AND j.started_at = d.started
+                           AND j.unique_key IS NULL, false)
+            RETURNING j.id, j.attempts, j.started_at
+        )
+        SELECT coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.attempts), '{}'),
+               coalesce(array_agg(u.started_at), '{}')
+        FROM updated u;
+        RETURN;
+    EXCEPTION WHEN lock_not_available THEN
+        NULL; -- a row is held: lock what is free, below
+    END;
     RETURN QUERY
     WITH locked AS MATERIALIZED (
         -- Locked by id alone, so the plan probes the primary key per
