@@ -194,12 +194,12 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 		kind                                        pgtype.DriverBytes
 		createdAt, started                          pgtype.Timestamptz
 		waitMs, nextDue                             pgtype.Float8
+		// Scanned into afresh for each row (pgx makes a new slice for each
+		// value), so the job keeps its own.
+		payload, metadata []byte
+		tags              []string
 	)
 	for rows.Next() {
-		var (
-			payload, metadata []byte
-			tags              []string
-		)
 		if err := rows.Scan(&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
 			&waitMs, &rescued, &nextDue, &metadata, &tags); err != nil {
 			return fmt.Errorf("claim: scan: %w", err)
@@ -402,9 +402,9 @@ func allPlainSuccesses(outs []Outcome) bool {
 // attempts it completed.
 func (s *Store) complete(ctx context.Context, outs []Outcome) ([]Finished, error) {
 	n := len(outs)
-	ids, attempts, started := make([]int64, n), make([]int32, n), make([]time.Time, n)
+	p := newAttemptParams(n)
 	for i, o := range outs {
-		ids[i], attempts[i], started[i] = o.ID, int32(o.Attempt.Attempt), o.StartedAt
+		p.set(i, o.Attempt)
 	}
 	var (
 		doneIDs      []int64
@@ -412,7 +412,7 @@ func (s *Store) complete(ctx context.Context, outs []Outcome) ([]Finished, error
 		doneStarted  []time.Time
 	)
 	err := s.inSession(ctx, func() error {
-		return s.queryRow(ctx, sqlComplete, []any{ids, attempts, started}, &doneIDs, &doneAttempts, &doneStarted)
+		return s.queryRow(ctx, sqlComplete, []any{p.ids, p.attempts, p.started}, &doneIDs, &doneAttempts, &doneStarted)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("complete %d attempts: %w", n, err)
@@ -431,11 +431,11 @@ func (s *Store) complete(ctx context.Context, outs []Outcome) ([]Finished, error
 // finish writes any outcomes with fila_finish.
 func (s *Store) finish(ctx context.Context, outs []Outcome) ([]Finished, error) {
 	n := len(outs)
-	ids, attempts, started := make([]int64, n), make([]int32, n), make([]time.Time, n)
+	p := newAttemptParams(n)
 	oks, errs, delays, perms := make([]bool, n), make([]string, n), make([]float64, n), make([]bool, n)
 	snoozes, outputs := make([]bool, n), make([]*string, n)
 	for i, o := range outs {
-		ids[i], attempts[i], started[i] = o.ID, int32(o.Attempt.Attempt), o.StartedAt
+		p.set(i, o.Attempt)
 		oks[i], perms[i], delays[i], snoozes[i] = o.OK, o.Permanent, ms(o.Delay), o.Snooze
 		if !o.OK {
 			errs[i] = StorableText(o.Err, ErrorTextMax)
@@ -447,7 +447,7 @@ func (s *Store) finish(ctx context.Context, outs []Outcome) ([]Finished, error) 
 	}
 	var out []Finished
 	err := s.inSession(ctx, func() error {
-		rows, err := s.query(ctx, sqlFinish, ids, attempts, started, oks, errs, delays, perms, snoozes, outputs)
+		rows, err := s.query(ctx, sqlFinish, p.ids, p.attempts, p.started, oks, errs, delays, perms, snoozes, outputs)
 		if err != nil {
 			return err
 		}
@@ -541,10 +541,10 @@ func (s *Store) Heartbeat(ctx context.Context, owned []Attempt, lease time.Durat
 	if len(owned) == 0 {
 		return got, nil
 	}
-	ids, attempts, started := split(owned)
+	p := split(owned)
 	err := s.inSession(ctx, func() error {
 		clear(got)
-		rows, err := s.query(ctx, sqlHeartbeat, ids, attempts, started, ms(lease))
+		rows, err := s.query(ctx, sqlHeartbeat, p.ids, p.attempts, p.started, ms(lease))
 		if err != nil {
 			return err
 		}
@@ -609,14 +609,6 @@ func (s *Store) existing(ctx context.Context, as []Attempt) (map[int64]bool, err
 	return exists, nil
 }
 
-func split(as []Attempt) ([]int64, []int32, []time.Time) {
-	ids, attempts, started := make([]int64, len(as)), make([]int32, len(as)), make([]time.Time, len(as))
-	for i, a := range as {
-		ids[i], attempts[i], started[i] = a.ID, int32(a.Attempt), a.StartedAt
-	}
-	return ids, attempts, started
-}
-
 // Release returns owned attempts to pending at once, without counting them
 // as attempts, and reports how many it released. The table's update trigger
 // wakes the other workers of each queue.
@@ -631,10 +623,10 @@ func (s *Store) Release(ctx context.Context, owned []Attempt, reason string) (in
 	// that happens is broken by PostgreSQL; the attempts then come back
 	// when their leases expire).
 	owned = slices.SortedFunc(slices.Values(owned), func(a, b Attempt) int { return cmp.Compare(a.ID, b.ID) })
-	ids, attempts, started := split(owned)
+	p := split(owned)
 	var released int
 	if err := s.inSession(ctx, func() error {
-		return s.queryRow(ctx, sqlRelease, []any{ids, attempts, started, StorableText(reason, ErrorTextMax)}, &released)
+		return s.queryRow(ctx, sqlRelease, []any{p.ids, p.attempts, p.started, StorableText(reason, ErrorTextMax)}, &released)
 	}); err != nil {
 		return 0, fmt.Errorf("release %d jobs: %w", len(owned), err)
 	}

@@ -202,6 +202,11 @@ func (w *Writer) Run(ctx context.Context) error {
 func (w *Writer) run(ctx context.Context) {
 	in := (<-chan Outcome)(w.in) // nil once closed: a nil channel never delivers
 	var later []retry            // outcomes whose rows were locked, by due time
+	// One batch buffer for every write: nothing keeps a batch once its
+	// write returns (skipped outcomes are copied into later), and a fresh
+	// one grown to a thousand outcomes for each write was a tenth of a
+	// drain's allocated bytes.
+	var buf []Outcome
 	for {
 		if in == nil && len(later) == 0 {
 			return
@@ -210,7 +215,8 @@ func (w *Writer) run(ctx context.Context) {
 		if len(later) > 0 {
 			retryDue = time.After(time.Until(later[0].due))
 		}
-		batch := make([]Outcome, 0, 64)
+		clear(buf) // drop the last batch's outputs and errors for the collector
+		batch := buf[:0]
 		select {
 		case o, ok := <-in:
 			if !ok {
@@ -246,6 +252,7 @@ func (w *Writer) run(ctx context.Context) {
 			waited[later[0].out.Key()] = later[0].wait
 			later = later[1:]
 		}
+		buf = batch
 		if len(batch) == 0 {
 			continue
 		}
@@ -388,13 +395,18 @@ func (w *Writer) finish(ctx context.Context, batch []Outcome) ([]Finished, error
 
 // report passes written outcomes on and returns those to write again.
 func (w *Writer) report(batch []Outcome, fin []Finished) (skipped []Outcome) {
-	byKey := make(map[AttemptKey]Outcome, len(batch))
-	for _, o := range batch {
-		byKey[o.Key()] = o
-	}
+	// Rows found locked are rare: the outcomes are looked up by key only
+	// when there are some.
+	var byKey map[AttemptKey]Outcome
 	done := fin[:0:0]
 	for _, f := range fin {
 		if f.State == StateSkipped {
+			if byKey == nil {
+				byKey = make(map[AttemptKey]Outcome, len(batch))
+				for _, o := range batch {
+					byKey[o.Key()] = o
+				}
+			}
 			skipped = append(skipped, byKey[f.Key])
 			continue
 		}
