@@ -1,7 +1,7 @@
 -- Fila's schema as Migrate leaves it: tables with their columns,
 -- constraints and indexes, then functions, then triggers.
 --
--- Migration: 0025 (completion_in_one_write)
+-- Migration: 0026 (wake_held_flow_rows)
 -- Generated on PostgreSQL 15 from a freshly migrated database: do not edit.
 --
 -- The numbered migrations are its history, and doc.go lists which of them
@@ -942,6 +942,48 @@ AS $function$
                 ELSE ' (unique key ' || p_key || ' is held by job ' || p_holder || ': this job lets it go)' END
 $function$;
 
+CREATE OR REPLACE FUNCTION fila_wake_held(p_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET jit TO 'off'
+AS $function$
+DECLARE
+    r record;
+BEGIN
+    -- The runnable jobs among p_ids that this transaction did not insert:
+    -- the caller locks them, and a claim skips them until it commits.
+    FOR r IN
+        SELECT h.queue, min(h.id) AS id FROM fila_jobs h
+        WHERE h.id = ANY (p_ids) AND h.xmin <> pg_current_xact_id()::xid
+          AND h.state = 'pending' AND h.run_at <= now() + interval '10 minutes'
+        GROUP BY h.queue
+    LOOP
+        PERFORM fila_wake_queue(r.queue, r.id);
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION fila_wake_queue(p_queue text, p_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    sent text := coalesce(current_setting('fila.notified', true), '');
+BEGIN
+    -- Once per queue and transaction: every notification of a transaction
+    -- is delivered at its commit, and one wakes the queue's workers.
+    IF position(',' || p_queue || ',' IN sent) = 0 THEN
+        PERFORM pg_notify('fila_' || p_queue, p_id::text);
+        IF current_setting('wal_level') = 'logical' THEN
+            PERFORM pg_logical_emit_message(true, 'fila', p_queue);
+        END IF;
+        PERFORM set_config('fila.notified', coalesce(nullif(sent, ''), ',') || p_queue || ',', true);
+    END IF;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION fila_worker_live(w fila_workers)
  RETURNS boolean
  LANGUAGE sql
@@ -1076,6 +1118,10 @@ BEGIN
             RAISE EXCEPTION 'job % (kind %) depends on job %, which was not inserted before it: a job depends only on jobs with lower ids',
                 NEW.id, to_json(NEW.kind), v_bad USING ERRCODE = 'check_violation';
         END IF;
+        -- A claim's SKIP LOCKED passes over the rows locked here until this
+        -- transaction ends: wake their queues when it does (see
+        -- fila_wake_held).
+        PERFORM fila_wake_held(NEW.depends_on);
         UPDATE fila_jobs SET has_dependents = true WHERE id = ANY (NEW.depends_on) AND NOT has_dependents;
     END IF;
     IF NEW.sequence_key IS NOT NULL THEN
@@ -1094,6 +1140,7 @@ BEGIN
         NEW.sequence_prev := v_prev;
         IF v_prev IS NOT NULL THEN
             PERFORM 1 FROM fila_jobs p WHERE p.id = v_prev AND p.xmin <> pg_current_xact_id()::xid FOR SHARE;
+            PERFORM fila_wake_held(ARRAY[v_prev]);
         END IF;
     END IF;
     IF NEW.batch_id IS NOT NULL THEN
@@ -1160,19 +1207,11 @@ CREATE OR REPLACE FUNCTION fila_notify_update()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-    sent text := coalesce(current_setting('fila.notified', true), '');
 BEGIN
     IF NEW.state = 'pending' AND NEW.run_at > now() + interval '10 minutes' THEN
         RETURN NULL;
     END IF;
-    IF position(',' || NEW.queue || ',' IN sent) = 0 THEN
-        PERFORM pg_notify('fila_' || NEW.queue, NEW.id::text);
-        IF current_setting('wal_level') = 'logical' THEN
-            PERFORM pg_logical_emit_message(true, 'fila', NEW.queue);
-        END IF;
-        PERFORM set_config('fila.notified', coalesce(nullif(sent, ''), ',') || NEW.queue || ',', true);
-    END IF;
+    PERFORM fila_wake_queue(NEW.queue, NEW.id);
     RETURN NULL;
 END
 $function$;
