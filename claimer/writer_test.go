@@ -232,3 +232,74 @@ func TestWriterShrinksBatchesThatRunOutOfTime(t *testing.T) {
 	require.NotEmpty(t, caps)
 	capsMu.Unlock()
 }
+
+// A completion waits as long as it must for a lock its flow triggers need:
+// completing a job locks its waiting dependents, and one held by another
+// transaction for longer than the fast path's lock_timeout sends the batch
+// to the lock-then-update, which waits for it rather than failing the
+// write (a failed write is retried with backoff, every outcome of the batch
+// with it).
+func TestCompletionWaitsForADependentsLock(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	jobs := claimN(t, s, db, 1)
+	dependent := insert(t, db, `INSERT INTO fila_jobs (kind, depends_on) VALUES ('k', ARRAY[$1::bigint]) RETURNING id`, jobs[0].ID)
+	st, _, _ := jobRow(t, db, dependent)
+	require.Equal(t, "waiting", st)
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM fila_jobs WHERE id = $1::bigint FOR UPDATE`, dependent)
+	require.NoError(t, err)
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		time.Sleep(300 * time.Millisecond)
+		_ = tx.Rollback(ctx)
+	}()
+
+	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: jobs[0].Attempt, OK: true}})
+	require.NoError(t, err, "the completion waits for the dependent's lock instead of failing")
+	<-released
+	require.Equal(t, "completed", statesByKey(fin)[jobs[0].Key()])
+	st, _, _ = jobRow(t, db, dependent)
+	require.Equal(t, "pending", st, "the dependent runs once its dependency completed")
+}
+
+// The completion's short lock_timeout stays inside it: the caller's
+// transaction keeps its own, whichever way the completion went.
+func TestCompletionKeepsTheCallersLockTimeout(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := context.Background()
+	jobs := claimN(t, s, db, 2)
+	for _, held := range []bool{false, true} {
+		j := jobs[0]
+		if held {
+			j = jobs[1]
+			lock, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = lock.Exec(ctx, `SELECT 1 FROM fila_jobs WHERE id = $1::bigint FOR UPDATE`, j.ID)
+			require.NoError(t, err)
+			defer func() { _ = lock.Rollback(ctx) }()
+		}
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '7s'`)
+		require.NoError(t, err)
+		var done []int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT ids FROM fila_complete($1::bigint[], $2::int[], $3::timestamptz[])`,
+			[]int64{j.ID}, []int32{int32(j.Attempt.Attempt)}, []time.Time{j.StartedAt}).Scan(&done))
+		var timeout string
+		require.NoError(t, tx.QueryRow(ctx, `SHOW lock_timeout`).Scan(&timeout))
+		require.NoError(t, tx.Rollback(ctx))
+		require.Equal(t, "7s", timeout, "held row: %v", held)
+		if held {
+			require.Empty(t, done, "the held row is skipped")
+		} else {
+			require.Equal(t, []int64{j.ID}, done)
+		}
+	}
+}

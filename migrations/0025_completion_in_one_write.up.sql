@@ -8,13 +8,13 @@
 -- 8.2 ms against 8.9 to 9.5 ms for the lock-then-update (interleaved, each
 -- rolled back).
 --
--- The UPDATE waits at most lock_timeout for a row another transaction
--- holds (an operator's SELECT … FOR UPDATE, a heartbeat of the same
+-- The UPDATE waits at most 10 ms (lock_timeout) for a row another
+-- transaction holds (an operator's SELECT … FOR UPDATE, a heartbeat of the same
 -- worker). Past it, the UPDATE is undone (its block is a subtransaction)
 -- and the batch goes through the lock-then-update, which skips what is
 -- locked, as before: a held row never holds back the others for longer
--- than lock_timeout, and waiting never deadlocks (lock_timeout ends the
--- wait long before deadlock_timeout would look). The fence is the same
+-- than 10 ms, and waiting never deadlocks (lock_timeout ends the wait long
+-- before deadlock_timeout would look). The fence is the same
 -- in both: READ COMMITTED rechecks it on the newest version of a row it
 -- waited for.
 --
@@ -27,11 +27,18 @@ RETURNS TABLE (ids bigint[], attempts int[], started timestamptz[])
 LANGUAGE plpgsql
 SET jit = off SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
-    SET lock_timeout = '10ms'
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     BEGIN
+        -- For this block only: undone with it when it fails, set back by
+        -- hand when it succeeds. The lock-then-update below runs under the
+        -- caller's lock_timeout, so a lock the completion's flow triggers
+        -- wait for (a dependent's row) is waited for there, as before,
+        -- instead of failing the write.
+        PERFORM set_config('lock_timeout', '10ms', true);
         RETURN QUERY
         WITH updated AS (
             UPDATE fila_jobs j
@@ -45,6 +52,7 @@ BEGIN
         SELECT coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.attempts), '{}'),
                coalesce(array_agg(u.started_at), '{}')
         FROM updated u;
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
         RETURN;
     EXCEPTION WHEN lock_not_available THEN
         NULL; -- a row is held: lock what is free, below

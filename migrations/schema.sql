@@ -563,11 +563,18 @@ CREATE OR REPLACE FUNCTION fila_complete(p_ids bigint[], p_attempts integer[], p
  SET enable_seqscan TO 'off'
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
- SET lock_timeout TO '10ms'
 AS $function$
 #variable_conflict use_column
+DECLARE
+    v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     BEGIN
+        -- For this block only: undone with it when it fails, set back by
+        -- hand when it succeeds. The lock-then-update below runs under the
+        -- caller's lock_timeout, so a lock the completion's flow triggers
+        -- wait for (a dependent's row) is waited for there, as before,
+        -- instead of failing the write.
+        PERFORM set_config('lock_timeout', '10ms', true);
         RETURN QUERY
         WITH updated AS (
             UPDATE fila_jobs j
@@ -581,6 +588,7 @@ BEGIN
         SELECT coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.attempts), '{}'),
                coalesce(array_agg(u.started_at), '{}')
         FROM updated u;
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
         RETURN;
     EXCEPTION WHEN lock_not_available THEN
         NULL; -- a row is held: lock what is free, below
