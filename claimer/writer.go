@@ -215,7 +215,7 @@ func (w *Writer) run(ctx context.Context) {
 		if len(later) > 0 {
 			retryDue = time.After(time.Until(later[0].due))
 		}
-		clear(buf) // drop the last batch's outputs and errors for the collector
+		clear(buf) // so the last batch's outputs and error texts can be freed
 		batch := buf[:0]
 		select {
 		case o, ok := <-in:

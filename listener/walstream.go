@@ -15,8 +15,9 @@ import (
 // stream is the state of one replication connection.
 type stream struct {
 	// received is the furthest WAL position the server has reported
-	// sending; it is reported as written, flushed and applied, since a wake source keeps nothing and a
-	// temporary slot is never resumed, so the slot need retain no WAL.
+	// sending; it is reported as written, flushed and applied, since a
+	// wake source keeps nothing and a temporary slot is never resumed, so
+	// the slot need retain no WAL.
 	received pglogrepl.LSN
 	// queueCol maps a relation to the index of its queue column.
 	queueCol map[uint32]int
