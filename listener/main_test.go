@@ -2,10 +2,12 @@ package listener
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/fila-run/fila/internal/pgcluster"
 	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/migrations"
 )
@@ -145,4 +148,35 @@ func (r *rawListener) untilMarker(db *testdb.DB, ch string) []string {
 		}
 		got = append(got, n.Payload)
 	}
+}
+
+// ownCluster starts a throwaway PostgreSQL for a test that must restart,
+// stop or reconfigure its server, so the shared one is never disturbed. It
+// skips with -short and fails under the test command when PostgreSQL's
+// server binaries are missing.
+func ownCluster(t *testing.T, ctx context.Context, settings map[string]string) *pgcluster.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL cluster of its own; skipped with -short")
+	}
+	logger, _ := testLogger(t)
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Settings: settings, Fast: true, Logger: logger})
+	if errors.Is(err, pgcluster.ErrNotInstalled) {
+		testdb.Missing(t, "cannot start a cluster: %v", err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cluster.Close()) })
+	return cluster
+}
+
+// migratedPool opens a pool on dsn, closed when the test ends, and migrates
+// its database.
+func migratedPool(t *testing.T, ctx context.Context, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = migrations.Migrate(ctx, pool)
+	require.NoError(t, err)
+	return pool
 }

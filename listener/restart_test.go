@@ -2,42 +2,24 @@ package listener
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/pgcluster"
-	"github.com/fila-run/fila/internal/testdb"
-	"github.com/fila-run/fila/migrations"
 )
 
 // TestSourcesSurvivePostgresRestart crashes and restarts a PostgreSQL of the
 // test's own, so the shared one is never disturbed.
 func TestSourcesSurvivePostgresRestart(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a PostgreSQL cluster of its own; skipped with -short")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	logger, _ := testLogger(t)
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, Logger: logger})
-	if errors.Is(err, pgcluster.ErrNotInstalled) {
-		testdb.Missing(t, "cannot start a cluster: %v", err)
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, cluster.Close()) })
-
+	cluster := ownCluster(t, ctx, nil)
 	dsn := cluster.DSN("postgres")
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	defer pool.Close()
-	_, err = migrations.Migrate(ctx, pool)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO fila_sleepers (queue, worker) VALUES ('*', 'listener-test')`)
+	pool := migratedPool(t, ctx, dsn)
+	_, err := pool.Exec(ctx, `INSERT INTO fila_sleepers (queue, worker) VALUES ('*', 'listener-test')`)
 	require.NoError(t, err)
 
 	l := newListener(t, Config{DSN: dsn, ReconnectMax: 500 * time.Millisecond})

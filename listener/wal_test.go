@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fila-run/fila/internal/pgcluster"
 	"github.com/fila-run/fila/internal/testdb"
 )
 
@@ -280,25 +279,12 @@ func TestWALRefusesPooler(t *testing.T) {
 // logical, so it starts a throwaway cluster rather than disturb the shared one.
 func TestWALRefusesWALLevelReplica(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a PostgreSQL cluster of its own; skipped with -short")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	logger, _ := testLogger(t)
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{
-		Settings: map[string]string{"wal_level": "replica"},
-		Fast:     true,
-		Logger:   logger,
-	})
-	if errors.Is(err, pgcluster.ErrNotInstalled) {
-		testdb.Missing(t, "cannot start a cluster with wal_level=replica: %v", err)
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, cluster.Close()) })
+	cluster := ownCluster(t, ctx, map[string]string{"wal_level": "replica"})
 
 	w := newWAL(t, WALConfig{DSN: cluster.DSN("postgres")})
-	err = w.Run(ctx)
+	err := w.Run(ctx)
 	require.True(t, errors.Is(err, ErrWALLevel), "got %v", err)
 	require.Contains(t, err.Error(), "set wal_level = logical and restart PostgreSQL")
 }

@@ -2,16 +2,12 @@ package listener
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/pgcluster"
-	"github.com/fila-run/fila/internal/testdb"
-	"github.com/fila-run/fila/migrations"
 )
 
 // bigPayload is a job payload whose text, as pgoutput sends it, is far longer
@@ -49,26 +45,12 @@ func TestWALConfirmsOnlyWhatTheServerSent(t *testing.T) {
 // longer than its WAL record, and requires the shutdown to finish promptly.
 func TestWALLetsTheServerShutDown(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a PostgreSQL cluster of its own; skipped with -short")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	logger, _ := testLogger(t)
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, Logger: logger})
-	if errors.Is(err, pgcluster.ErrNotInstalled) {
-		testdb.Missing(t, "cannot start a cluster: %v", err)
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, cluster.Close()) })
-
+	cluster := ownCluster(t, ctx, nil)
 	dsn := cluster.DSN("postgres")
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	defer pool.Close()
-	_, err = migrations.Migrate(ctx, pool)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "ALTER TABLE fila_jobs DISABLE TRIGGER fila_jobs_notify")
+	pool := migratedPool(t, ctx, dsn)
+	_, err := pool.Exec(ctx, "ALTER TABLE fila_jobs DISABLE TRIGGER fila_jobs_notify")
 	require.NoError(t, err)
 
 	w := newWAL(t, WALConfig{DSN: dsn, StatusInterval: 100 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
