@@ -18,7 +18,9 @@
 #   4. A shared PgBouncer for the test suite answers on 127.0.0.1:6432 in
 #      transaction mode in front of 127.0.0.1:5432. Its config, pid and log
 #      live under ${TMPDIR:-/tmp}/fila-pgbouncer/; it runs as the postgres
-#      user, daemonized. A running one is reloaded only if its config changed.
+#      user under a supervisor that starts it again whenever it exits, and
+#      records each exit in exits.log there (scripts/test.sh reports them).
+#      A running one is reloaded only if its config changed.
 #   5. go mod download for the main module (and bench/peers when it has a go.mod);
 #      Node.js 20 or later (Debian's nodejs and npm when node is missing), and
 #      `npm ci` in bench/peers/node when its node_modules is missing or older
@@ -218,29 +220,78 @@ if [ "$(cat "$userlist" 2>/dev/null)" != '"postgres" ""' ]; then
 	ini_changed=1
 fi
 
+# The supervisor runs PgBouncer in the foreground and starts it again when it
+# exits. The shared PgBouncer once went away in the middle of a run, and
+# every test after it failed. PgBouncer 1.18 (Debian bookworm's) has known
+# FATAL exits in its cancel-request handling (fixed upstream in 1.19 and
+# 1.20), and the suite cancels statements through it. Each exit is appended
+# to exits.log with its status and PgBouncer's last log lines, so a pass can
+# report it, and the tests after it find PgBouncer again.
+supervisor="$BOUNCER_DIR/supervise.sh"
+supervisor_pidfile="$BOUNCER_DIR/supervisor.pid"
+new_supervisor=$(cat <<SUPERVISE
+#!/usr/bin/env bash
+# Written by scripts/setup.sh: keeps the shared PgBouncer running.
+echo \$\$ > "$supervisor_pidfile"
+quick=0
+while :; do
+	started=\$SECONDS
+	"$PGBOUNCER" "$ini" >>"$BOUNCER_DIR/stderr.log" 2>&1
+	status=\$?
+	{
+		printf '%s pgbouncer exited with status %d after %d s; started again\\n' "\$(date -u +%FT%TZ)" "\$status" \$((SECONDS - started))
+		tail -n 5 "$BOUNCER_DIR/pgbouncer.log" | sed 's/^/    /'
+	} >>"$BOUNCER_DIR/exits.log"
+	# One that cannot start (its port taken) is retried every 5 s, not spun.
+	if [ \$((SECONDS - started)) -lt 2 ]; then quick=\$((quick + 1)); else quick=0; fi
+	if [ "\$quick" -ge 3 ]; then sleep 5; else sleep 0.2; fi
+done
+SUPERVISE
+)
+if [ "$(cat "$supervisor" 2>/dev/null)" != "$new_supervisor" ]; then
+	printf '%s\n' "$new_supervisor" | as_pg tee "$supervisor" >/dev/null
+	chmod 755 "$supervisor"
+fi
+
+supervisor_pid=""
+if [ -f "$supervisor_pidfile" ] && kill -0 "$(cat "$supervisor_pidfile")" 2>/dev/null &&
+	grep -q supervise.sh "/proc/$(cat "$supervisor_pidfile")/cmdline" 2>/dev/null; then
+	supervisor_pid=$(cat "$supervisor_pidfile")
+fi
 running_pid=""
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
 	running_pid=$(cat "$pidfile")
 fi
-if [ -n "$running_pid" ] && [ -n "$ini_changed" ]; then
+if [ -n "$supervisor_pid" ] && [ -n "$running_pid" ] && [ -n "$ini_changed" ]; then
 	as_root kill -HUP "$running_pid"
 	wait_for 30 bouncer_ok || die "shared pgbouncer did not answer after reloading $ini"
 	step "pgbouncer: config changed; reloaded the shared one (pid $running_pid)"
-elif bouncer_ok; then
-	step "pgbouncer: shared one answers on ${PG_HOST}:${BOUNCER_PORT}"
+elif [ -n "$supervisor_pid" ] && bouncer_ok; then
+	step "pgbouncer: shared one answers on ${PG_HOST}:${BOUNCER_PORT} (supervisor pid $supervisor_pid)"
 else
-	if [ -n "$running_pid" ]; then
-		# Ours, alive but not answering: replace it.
-		as_root kill -KILL "$running_pid" || true
-		rm -f "$pidfile"
+	# Replace whatever of ours runs: a supervisor whose PgBouncer does not
+	# answer, or a PgBouncer started without one (by an earlier setup.sh).
+	if [ -n "$supervisor_pid" ]; then
+		as_root kill -KILL "$supervisor_pid" || true
 	fi
+	if [ -n "$running_pid" ]; then
+		as_root kill -KILL "$running_pid" || true
+		wait_for 10 bash -c "! kill -0 $running_pid 2>/dev/null" || true
+	fi
+	rm -f "$pidfile" "$supervisor_pidfile"
 	if pg_isready -q -h "$PG_HOST" -p "$BOUNCER_PORT" >/dev/null 2>&1 ||
 		(exec 3<>"/dev/tcp/${PG_HOST}/${BOUNCER_PORT}") 2>/dev/null; then
 		die "something else listens on ${PG_HOST}:${BOUNCER_PORT} and does not serve ${BOUNCER_URL}"
 	fi
-	as_pg "$PGBOUNCER" -d "$ini" >/dev/null
-	wait_for 30 bouncer_ok || die "shared pgbouncer did not answer; see $BOUNCER_DIR/pgbouncer.log"
-	step "pgbouncer: started the shared one on ${PG_HOST}:${BOUNCER_PORT} (pid $(cat "$pidfile"), config $ini)"
+	# setsid -f: in a session of its own, runuser included, so nothing that
+	# signals the group or session of whoever ran setup.sh reaches it.
+	if [ "$(id -u)" -eq 0 ]; then
+		setsid -f runuser -u postgres -- "$supervisor" </dev/null >/dev/null 2>&1
+	else
+		setsid -f "$supervisor" </dev/null >/dev/null 2>&1
+	fi
+	wait_for 30 bouncer_ok || die "shared pgbouncer did not answer; see $BOUNCER_DIR/pgbouncer.log and $BOUNCER_DIR/stderr.log"
+	step "pgbouncer: started the shared one on ${PG_HOST}:${BOUNCER_PORT} (pid $(cat "$pidfile"), supervisor pid $(cat "$supervisor_pidfile"), config $ini)"
 fi
 
 # --- 5. Go modules ------------------------------------------------------------

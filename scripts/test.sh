@@ -51,16 +51,32 @@ failed=()
 
 header() { printf '\n==== %s ====\n' "$*"; }
 
-# pass runs one named pass, records a failure and carries on.
+# The shared PgBouncer's supervisor (see scripts/setup.sh) appends each of
+# its exits to this file.
+bouncer_exits="${TMPDIR:-/tmp}/fila-pgbouncer/exits.log"
+bouncer_crashed=()
+
+# bouncer_exits_size is the size of the exits file now (0 when missing).
+bouncer_exits_size() { stat -c %s "$bouncer_exits" 2>/dev/null || echo 0; }
+
+# pass runs one named pass, records a failure and carries on. It shows any
+# exit of the shared PgBouncer during the pass, with PgBouncer's last log
+# lines, so that failures it caused are not mistaken for Fila's.
 pass() {
 	local name=$1; shift
 	header "$name"
-	local start=$SECONDS
+	local start=$SECONDS exits_before
+	exits_before=$(bouncer_exits_size)
 	if "$@"; then
 		printf -- '---- %s: ok (%ds)\n' "$name" $((SECONDS - start))
 	else
 		printf -- '---- %s: FAILED (%ds)\n' "$name" $((SECONDS - start))
 		failed+=("$name")
+	fi
+	if [ "$(bouncer_exits_size)" -gt "$exits_before" ]; then
+		printf -- '---- %s: the shared PgBouncer exited during this pass (its supervisor started it again):\n' "$name"
+		tail -c +$((exits_before + 1)) "$bouncer_exits"
+		bouncer_crashed+=("$name")
 	fi
 }
 
@@ -125,6 +141,9 @@ if [ -f bench/peers/go.mod ]; then
 fi
 
 header "summary"
+if [ "${#bouncer_crashed[@]}" -gt 0 ]; then
+	printf 'the shared PgBouncer exited during: %s\n' "${bouncer_crashed[@]}"
+fi
 if [ "${#failed[@]}" -gt 0 ]; then
 	printf 'failed: %s\n' "${failed[@]}"
 	exit 1
