@@ -102,7 +102,7 @@ func New(t testing.TB) *DB {
 	}
 	t.Cleanup(func() {
 		if db.Pool != nil {
-			db.Pool.Close()
+			closePool(t, db.Pool, name)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -120,6 +120,36 @@ func New(t testing.TB) *DB {
 		t.Fatalf("testdb: pool: %v", err)
 	}
 	return db
+}
+
+// closeWait bounds how long a test's end waits for its pool to close: a
+// connection still acquired then belongs to a transaction the test left
+// open.
+const closeWait = 10 * time.Second
+
+// closePool closes pool, waiting at most closeWait. pgxpool's Close waits
+// for every acquired connection to come back, so a test that stopped
+// between Begin and Rollback (a failed require while it held a row lock)
+// would otherwise hang until the package's timeout, minutes later, with
+// its own failure unreported. The database's drop that follows ends the
+// session left open. A test that had not failed is failed here, since
+// leaving a transaction open is a defect of the test.
+func closePool(t testing.TB, pool *pgxpool.Pool, name string) {
+	closed := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(closeWait):
+		acquired := pool.Stat().AcquiredConns()
+		if !t.Failed() {
+			t.Errorf("testdb: %d connections of %s's pool still in use %s after the test ended: a transaction left open?", acquired, name, closeWait)
+		} else {
+			t.Logf("testdb: %d connections of %s's pool still in use %s after the test ended; dropping the database ends their sessions", acquired, name, closeWait)
+		}
+	}
 }
 
 // NeedsVersion fails the test (skips it outside the test command, see
