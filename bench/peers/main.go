@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/fila-run/fila/bench"
+	"github.com/fila-run/fila/bench/report"
 )
 
 // filaScenariosDefault are the scenarios of `fila bench` whose figures the
@@ -313,6 +314,9 @@ func parseFlags(args []string) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	// One transport for every system (see report.PlainTransport); Fila's
+	// own run (--with-fila) gets the same DSN.
+	o.dsn = report.PlainTransport(o.dsn)
 	for _, f := range strings.Split(rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 || n > 100000 {

@@ -31,15 +31,19 @@ type MachineInfo struct {
 	WALLevel            string `json:"wal_level,omitempty"`
 	Fsync               string `json:"fsync,omitempty"`
 	SharedBuffers       string `json:"shared_buffers,omitempty"`
+	// TLS is whether the describing connection is encrypted ("on" or
+	// "off"): with PlainTransport, every system's connections are alike.
+	TLS string `json:"tls,omitempty"`
 }
 
-// settingsQuery reads the server's version and the settings that decide how
-// much a COMMIT costs.
+// settingsQuery reads the server's version, the settings that decide how
+// much a COMMIT costs, and whether this connection is encrypted.
 const settingsQuery = `SELECT version(),
 	current_setting('synchronous_commit'),
 	current_setting('wal_level'),
 	current_setting('fsync'),
-	current_setting('shared_buffers')`
+	current_setting('shared_buffers'),
+	coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)`
 
 // DescribeMachine gathers MachineInfo. The CPU model and memory come from
 // /proc and are left empty where it does not exist (not Linux). pool may be
@@ -58,10 +62,15 @@ func DescribeMachine(ctx context.Context, pool *pgxpool.Pool) (MachineInfo, erro
 	if pool == nil {
 		return m, nil
 	}
+	var tls bool
 	err := pool.QueryRow(ctx, settingsQuery).Scan(
-		&m.PostgresVersionFull, &m.SynchronousCommit, &m.WALLevel, &m.Fsync, &m.SharedBuffers)
+		&m.PostgresVersionFull, &m.SynchronousCommit, &m.WALLevel, &m.Fsync, &m.SharedBuffers, &tls)
 	if err != nil {
 		return m, fmt.Errorf("describe machine: query postgres settings: %w", err)
+	}
+	m.TLS = "off"
+	if tls {
+		m.TLS = "on"
 	}
 	m.PostgresVersion = shortVersion(m.PostgresVersionFull)
 	return m, nil
@@ -85,6 +94,9 @@ func (m MachineInfo) String() string {
 	if m.PostgresVersion != "" {
 		fmt.Fprintf(&b, "; %s, synchronous_commit=%s, wal_level=%s, fsync=%s, shared_buffers=%s",
 			m.PostgresVersion, m.SynchronousCommit, m.WALLevel, m.Fsync, m.SharedBuffers)
+	}
+	if m.TLS != "" {
+		fmt.Fprintf(&b, ", TLS %s", m.TLS)
 	}
 	return b.String()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/fila-run/fila/bench/report"
 	"github.com/fila-run/fila/internal/pgcluster"
 	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/migrations"
@@ -33,8 +34,11 @@ type server struct {
 
 // openServer connects to dsn. When nothing answers there and throwaway is
 // set, it starts a throwaway cluster from the installed PostgreSQL binaries
-// instead; Close removes it.
+// instead; Close removes it. Every connection of the run, the peers'
+// included, goes without TLS unless dsn names an sslmode (see
+// report.PlainTransport).
 func openServer(ctx context.Context, dsn string, throwaway bool, log *zap.Logger) (*server, error) {
+	dsn = report.PlainTransport(dsn)
 	s := &server{adminDSN: dsn, log: log}
 	err := s.connect(ctx)
 	if err == nil {
@@ -48,7 +52,7 @@ func openServer(ctx context.Context, dsn string, throwaway bool, log *zap.Logger
 	if cerr != nil {
 		return nil, fmt.Errorf("no PostgreSQL at %s (%v), and no throwaway cluster either: %w", redact(dsn), err, cerr)
 	}
-	s.cluster, s.adminDSN = c, c.DSN("postgres")
+	s.cluster, s.adminDSN = c, report.PlainTransport(c.DSN("postgres"))
 	if err := s.connect(ctx); err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("throwaway cluster: %w", err)
