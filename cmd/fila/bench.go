@@ -26,7 +26,7 @@ type benchFlags struct {
 	minSamples                           int
 	jsonPath, chartPath                  string
 	chartRate                            int
-	cpuProfile                           string
+	cpuProfile, memProfile               string
 
 	soakDuration, soakWindow, soakRetention time.Duration
 	soakRate                                int
@@ -64,6 +64,7 @@ func (f *benchFlags) add(fs *flag.FlagSet) {
 	fs.BoolVar(&f.peers, "peers", false, "after Fila's scenarios, run River, graphile-worker and pg-boss from the bench/peers module (go run; Node.js 20+ for the latter two) in this run, so the goals compare with the best of them")
 	fs.StringVar(&f.peersDir, "peers-dir", suite.PeersDirDefault, "the bench/peers module's directory, for --peers")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (workers and producers) to this file, for go tool pprof")
+	fs.StringVar(&f.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file at its end, for go tool pprof (-sample_index=alloc_space or alloc_objects)")
 }
 
 func runBench(ctx context.Context, g *globals, args []string) error {
@@ -108,6 +109,11 @@ func runBench(ctx context.Context, g *globals, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	res, runErr := suite.Run(ctx, opts)
+	if f.memProfile != "" {
+		if err := writeHeapProfile(f.memProfile); err != nil {
+			return err
+		}
+	}
 	if res == nil {
 		return runErr
 	}
@@ -204,4 +210,18 @@ func joinInts(ns []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
+}
+
+// writeHeapProfile writes the allocation profile (every allocation since the
+// start, sampled as the runtime does by default) to path.
+func writeHeapProfile(path string) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(out, 0); err != nil {
+		_ = out.Close()
+		return fmt.Errorf("write the allocation profile: %w", err)
+	}
+	return out.Close()
 }

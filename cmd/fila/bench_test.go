@@ -58,11 +58,20 @@ func TestBenchCommand(t *testing.T) {
 	jsonPath := filepath.Join(dir, "bench.json")
 	cmd := exec.Command(filaBin, "bench", "--dsn", testdb.AdminURL(),
 		"--scenarios", "drain,sqlfloor", "--drain-jobs", "300", "--workers", "20", "--claim-batch", "100",
-		"--json", jsonPath, "--chart", filepath.Join(dir, "latency.svg"))
+		"--json", jsonPath, "--chart", filepath.Join(dir, "latency.svg"),
+		"--cpuprofile", filepath.Join(dir, "cpu.pprof"), "--memprofile", filepath.Join(dir, "allocs.pprof"))
+	cmd.Env = append(os.Environ(), "PGSSLMODE=")
 	out, err := cmd.Output()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "machine: ")
+	require.Contains(t, string(out), ", TLS off\n", "a DSN naming no sslmode runs without TLS, and the machine line says so")
 	require.Contains(t, string(out), "Throughput (no-op jobs)")
+	for _, profile := range []string{"cpu.pprof", "allocs.pprof"} {
+		b, err := os.ReadFile(filepath.Join(dir, profile))
+		require.NoError(t, err)
+		require.Greater(t, len(b), 2, profile)
+		require.Equal(t, []byte{0x1f, 0x8b}, b[:2], "%s: a profile is gzipped protobuf", profile)
+	}
 
 	b, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
