@@ -124,8 +124,12 @@ func New(t testing.TB) *DB {
 
 // closeWait bounds how long a test's end waits for its pool to close: a
 // connection still acquired then belongs to a transaction the test left
-// open.
-const closeWait = 10 * time.Second
+// open. It is longer than pgx takes to close a connection whose statement
+// a cancelled context interrupted (it counts as acquired until then, and
+// pgx gives the server up to 15 s to answer the cancel request and the
+// Terminate): TestIdle's notify traffic once took more than 10 s there
+// under the race pass.
+const closeWait = 30 * time.Second
 
 // closePool closes pool, waiting at most closeWait. pgxpool's Close waits
 // for every acquired connection to come back, so a test that stopped
