@@ -124,7 +124,8 @@ func newCompleter(rt *Runtime) *completer {
 // statement was sent: the database's lease began after it.
 func (c *completer) own(a claimer.Attempt, job *Job, cancel context.CancelCauseFunc, sent time.Time) {
 	lease := c.rt.cfg.Lease
-	at := &attempt{a: a, job: job, cancel: cancel, leaseEnd: sent.Add(lease), beatAt: sent.Add(seenDelay), heapIndex: -1}
+	at := &job.own
+	*at = attempt{a: a, job: job, cancel: cancel, leaseEnd: sent.Add(lease), beatAt: sent.Add(seenDelay), heapIndex: -1}
 	key := a.Key()
 	stopAt := at.leaseEnd.Add(-leaseMargin(lease))
 	job.setOwnedUntil(stopAt)

@@ -36,9 +36,13 @@ type Job struct {
 	Tags     []string
 
 	completedInTx atomic.Bool
-	ownedUntil    atomic.Int64  // see OwnedUntil: nanoseconds since monoBase
-	renewed       chan struct{} // see Renewed; capacity 1
-	output        []byte        // see SetOutput; set by the handler's goroutine only
+	ownedUntil    atomic.Int64                  // see OwnedUntil: nanoseconds since monoBase
+	renewed       atomic.Pointer[chan struct{}] // see Renewed: made by its first call
+	output        []byte                        // see SetOutput; set by the handler's goroutine only
+
+	// own is the completer's record of this attempt, kept in the job so
+	// that a claim allocates one object fewer per job.
+	own attempt
 }
 
 // OutputMax bounds what SetOutput records, in bytes of JSON.
@@ -73,7 +77,7 @@ func (j *Job) SetOutput(v any) error {
 func newJob(cj *claimer.Job) *Job {
 	return &Job{ID: cj.ID, Queue: cj.Queue, Kind: cj.Kind, Payload: cj.Payload, Priority: cj.Priority,
 		Attempt: cj.Attempt.Attempt, MaxAttempts: cj.MaxAttempts, CreatedAt: cj.CreatedAt,
-		StartedAt: cj.StartedAt, Wait: cj.Wait, Metadata: cj.Metadata, Tags: cj.Tags, renewed: make(chan struct{}, 1)}
+		StartedAt: cj.StartedAt, Wait: cj.Wait, Metadata: cj.Metadata, Tags: cj.Tags}
 }
 
 // monoBase is the origin of the job's local deadlines: a time.Time with a
@@ -97,14 +101,34 @@ func (j *Job) OwnedUntil() time.Time {
 
 // Renewed receives a value (one for several, if they come faster than they
 // are read) each time a heartbeat moves OwnedUntil later.
-func (j *Job) Renewed() <-chan struct{} { return j.renewed }
+//
+// The channel is made by the first call, as few handlers ask for it: it
+// then holds the value that the claim's own setting of OwnedUntil would
+// have left in a channel made with the job, so a handler sees the same
+// either way.
+func (j *Job) Renewed() <-chan struct{} {
+	if p := j.renewed.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{}, 1)
+	if j.ownedUntil.Load() != 0 {
+		ch <- struct{}{}
+	}
+	if j.renewed.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *j.renewed.Load()
+}
 
-// setOwnedUntil moves OwnedUntil to t and says so on Renewed.
+// setOwnedUntil moves OwnedUntil to t and says so on Renewed, once a
+// handler has asked for it (see Renewed).
 func (j *Job) setOwnedUntil(t time.Time) {
 	j.ownedUntil.Store(int64(t.Sub(monoBase)))
-	select {
-	case j.renewed <- struct{}{}:
-	default:
+	if p := j.renewed.Load(); p != nil {
+		select {
+		case *p <- struct{}{}:
+		default:
+		}
 	}
 }
 
