@@ -223,10 +223,10 @@ fi
 # The supervisor runs PgBouncer in the foreground and starts it again when it
 # exits. The shared PgBouncer once went away in the middle of a run, and
 # every test after it failed. PgBouncer 1.18 (Debian bookworm's) has known
-# FATAL exits in its cancel-request handling (fixed upstream in 1.19 and
-# 1.20), and the suite cancels statements through it. Each exit is appended
-# to exits.log with its status and PgBouncer's last log lines, so a pass can
-# report it, and the tests after it find PgBouncer again.
+# FATAL exits in its cancel-request handling (fixed upstream in releases
+# 1.19 to 1.21), and the suite cancels statements through it. Each exit is
+# appended to exits.log with its status and PgBouncer's last log lines, so a
+# pass can report it, and the tests after it find PgBouncer again.
 supervisor="$BOUNCER_DIR/supervise.sh"
 supervisor_pidfile="$BOUNCER_DIR/supervisor.pid"
 new_supervisor=$(cat <<SUPERVISE
