@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"go.uber.org/zap"
+
 	"github.com/fila-run/fila/internal/execguard"
 	"github.com/fila-run/fila/runtime"
 )
@@ -29,9 +31,10 @@ const execGuardCommand = "exec-guard"
 // since the worker started: a guard always speaks its worker's protocol.
 const selfExe = "/proc/self/exe"
 
-// waitingGuards is how many guards a worker keeps started ahead of the
-// jobs they will run, per stdout its commands write to.
-const waitingGuards = 2
+// spareGuards is how many guards a worker keeps started beyond those
+// running jobs, per stdout its commands write to: a guard runs attempt
+// after attempt, so these are only for a rise in the attempts at once.
+const spareGuards = 2
 
 // guardPools are this process's pools of guards, by the stdout their
 // commands write to (the worker's own, in practice only one).
@@ -47,8 +50,9 @@ func guardPool(stdout io.Writer) *execguard.Pool {
 			cmd := exec.Command(selfExe, execGuardCommand)
 			cmd.Args[0] = "fila"
 			cmd.Stdout = stdout
+			cmd.Stderr = os.Stderr // the guard's own messages, rare
 			return cmd
-		}, waitingGuards)
+		}, spareGuards)
 	}
 	if !reflect.TypeOf(stdout).Comparable() {
 		return newPool()
@@ -66,6 +70,16 @@ func guardPool(stdout io.Writer) *execguard.Pool {
 	return p
 }
 
+// adoptOrphans makes this worker the one that kills what an exec guard
+// killed mid-attempt leaves (execguard.AdoptOrphans): a worker's only
+// children are its guards. Without it, such processes would go to init
+// and outlive their attempt.
+func adoptOrphans(log *zap.Logger) {
+	if err := execguard.AdoptOrphans(); err != nil {
+		log.Warn("processes left by an exec guard that is killed will outlive their attempt", zap.Error(err))
+	}
+}
+
 // stderrTail is how much of a failed command's stderr becomes last_error.
 const stderrTail = 2048
 
@@ -75,26 +89,29 @@ const stderrTail = 2048
 // worker's own). Exit 0 completes the job, ExitPermanent
 // kills it, any other exit is a failed attempt.
 //
-// The command runs under a guard (fila exec-guard), which kills its whole
-// tree, every descendant included, when the command exits, when the
-// handler's context is done, when this worker dies, and at the attempt's
-// deadline (job.OwnedUntil, sent again at each renewal), the last even
-// while this worker is frozen and cannot say anything.
+// The command runs under a guard (fila exec-guard, started once and
+// reused), which kills its whole tree, every descendant included, when
+// the command exits, when the handler's context is done, when this worker
+// dies, and at the attempt's deadline (job.OwnedUntil, sent again at each
+// renewal), the last even while this worker is frozen and cannot say
+// anything. What a guard killed mid-attempt leaves, this worker kills
+// (see adoptOrphans).
 func execHandler(command string, stdout io.Writer) runtime.Handler {
 	guards := guardPool(stdout)
 	return func(ctx context.Context, job *runtime.Job) error {
 		tail := &tailBuffer{max: stderrTail}
 		end, err := guards.Run(ctx, execguard.Attempt{
 			Command: command,
-			Env: append(append(os.Environ(),
-				"FILA_EXEC_COMMAND="+command,
-				"FILA_JOB_ID="+strconv.FormatInt(job.ID, 10),
-				"FILA_JOB_KIND="+job.Kind,
-				"FILA_JOB_QUEUE="+job.Queue,
-				"FILA_JOB_ATTEMPT="+strconv.Itoa(job.Attempt),
-				"FILA_JOB_MAX_ATTEMPTS="+strconv.Itoa(job.MaxAttempts),
-				"FILA_IDEMPOTENCY_KEY="+job.IdempotencyKey(),
-			), runtime.CommandEnv(ctx)...), // what middleware passes on, such as TRACEPARENT
+			// Added to the worker's own environment, which its guards have.
+			Env: append([]string{
+				"FILA_EXEC_COMMAND=" + command,
+				"FILA_JOB_ID=" + strconv.FormatInt(job.ID, 10),
+				"FILA_JOB_KIND=" + job.Kind,
+				"FILA_JOB_QUEUE=" + job.Queue,
+				"FILA_JOB_ATTEMPT=" + strconv.Itoa(job.Attempt),
+				"FILA_JOB_MAX_ATTEMPTS=" + strconv.Itoa(job.MaxAttempts),
+				"FILA_IDEMPOTENCY_KEY=" + job.IdempotencyKey(),
+			}, runtime.CommandEnv(ctx)...), // what middleware passes on, such as TRACEPARENT
 			Stdin:      job.Payload,
 			Stderr:     tail,
 			OwnedUntil: job.OwnedUntil,

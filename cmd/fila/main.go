@@ -45,8 +45,15 @@ func main() {
 		// on the pickup path of every --exec job.
 		os.Exit(execguard.Main())
 	}
+	ownProcess = true
 	os.Exit(runIO(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
+
+// ownProcess says the command runs as a process of its own, not inside
+// another program (a test) that runs it in-process: only then may `fila
+// work` take every child that is not a guard for an orphan to kill (see
+// adoptOrphans).
+var ownProcess bool
 
 // exitUsage is the exit code of a command line that cannot be understood.
 const exitUsage = 2

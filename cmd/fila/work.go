@@ -196,6 +196,9 @@ func (g *globals) checkProcess(p *workProcess, path string) error {
 // The endpoints and the dashboard answer until every runtime has stopped.
 func (g *globals) runProcess(ctx context.Context, p *workProcess) error {
 	log := g.log()
+	if ownProcess {
+		adoptOrphans(log)
+	}
 	var m *metrics.Metrics
 	if p.metricsAddr != "" {
 		statsPool, err := newSmallPool(p.dsn, 2)

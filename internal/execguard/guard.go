@@ -1,7 +1,6 @@
 package execguard
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -20,17 +19,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Main is the guard process: it waits for its job on the control socket,
-// then runs the job's command with sh -c, its standard input, output and
-// error passed through, until the command exits or the guard kills its
-// tree (see the package comment). It returns the guard's exit status.
+// Main is the guard process: it runs the jobs the worker sends on the
+// control socket, one at a time, each with sh -c, until the worker's end
+// of the socket closes (see the package comment). It returns the guard's
+// exit status.
 func Main() int {
 	// Before anything can fork: the command must not hold the control
 	// socket, or the worker's death would not reach the guard as end of
 	// file while the command lives.
 	syscall.CloseOnExec(ControlFD)
-	var st unix.Stat_t
-	if err := unix.Fstat(ControlFD, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+	if t, err := unix.GetsockoptInt(ControlFD, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_SEQPACKET {
 		fmt.Fprintln(os.Stderr, "fila exec-guard: this runs only under fila work --exec (no control socket on fd 3)")
 		return 2
 	}
@@ -38,33 +36,39 @@ func Main() int {
 	// kill the guard (with a handler installed, such a write fails with
 	// EPIPE; an ignored signal would be inherited by the command).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	g := &guard{ctl: os.NewFile(ControlFD, "exec-guard control"), self: os.Getpid()}
+	g := &guard{self: os.Getpid(), env: os.Environ()}
 	return g.run()
 }
 
 // guard is the state of Main.
 type guard struct {
-	ctl  *os.File
 	self int
-	sh   int // the pid of sh -c COMMAND
+	env  []string // the guard's own environment, which is the worker's
+	sh   string   // the path of sh
 	chld chan os.Signal
+	term chan os.Signal
+	msgs chan msg
 
-	shDone   bool // sh was reaped; shStatus is how it ended
+	// Of the attempt running now.
+	pid      int // of sh -c COMMAND
+	shDone   bool
 	shStatus syscall.WaitStatus
 }
 
-// msg is one line from the worker, or the end of them.
+// msg is one message from the worker, or the end of them.
 type msg struct {
 	job      *job
+	fds      []int // what came with a job: its stdin and stderr
 	deadline int64 // CLOCK_MONOTONIC nanoseconds
 	cancel   bool
 	err      error // io.EOF once the worker's end closed; the last msg
 }
 
 func (g *guard) run() int {
-	// All that does not depend on the job is done while it is awaited.
 	g.chld = make(chan os.Signal, 1)
 	signal.Notify(g.chld, syscall.SIGCHLD)
+	g.term = make(chan os.Signal, 1)
+	signal.Notify(g.term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	var setupErr error
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		setupErr = fmt.Errorf("become a child subreaper: %w", err)
@@ -73,98 +77,99 @@ func (g *guard) run() int {
 	if err != nil && setupErr == nil {
 		setupErr = err
 	}
-	// sh dies with the guard should the guard itself be killed. The death
-	// signal follows the thread that forks, so that thread is this one,
-	// for good: the main goroutine runs until the process exits.
+	g.sh = sh
+	// Each command dies with the guard should the guard itself be killed.
+	// The death signal follows the thread that forks, so that thread is
+	// this one, for good: the main goroutine runs until the process exits.
 	goruntime.LockOSThread()
 
-	// Waiting, on this thread, so that the job is read where it is run.
-	// A signal that ends a waiting guard has nothing to kill.
-	in := bufio.NewReader(g.ctl)
-	first := readMsg(in)
-	j := first.job
-	switch {
-	case errors.Is(first.err, io.EOF):
-		return ExitKilled // the worker is gone, or let this waiting guard go
-	case j == nil:
-		return g.fail("control: %v", cmp.Or(first.err, errors.New("no job first")))
-	case setupErr != nil:
-		return g.fail("%v", setupErr)
-	case j.Deadline <= monoNow():
-		return g.exit(End{How: Deadline})
-	}
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	g.sh, err = syscall.ForkExec(sh, []string{"sh", "-c", j.Command}, &syscall.ProcAttr{
-		Env:   j.Env,
-		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
-	})
-	if err != nil {
-		return g.fail("start %s: %v", sh, err)
-	}
-	msgs := make(chan msg, 1)
-	go func() {
-		for {
-			m := readMsg(in)
-			msgs <- m
-			if m.err != nil {
-				return
-			}
-		}
-	}()
-
-	deadline := j.Deadline
-	timer := time.NewTimer(time.Duration(deadline - monoNow()))
+	g.msgs = make(chan msg, 1)
+	go g.read()
 	for {
+		var m msg
 		select {
-		case <-g.chld:
-			g.reap()
-			if g.shDone {
-				// The command's exit ends the attempt, whatever its children
-				// hold open.
-				g.killTree()
-				return g.exit(commandEnd(g.shStatus))
-			}
-		case m := <-msgs:
-			switch {
-			case m.cancel:
-				g.killTree()
-				return g.exit(End{How: Cancelled})
-			case m.deadline != 0:
-				deadline = m.deadline
-				timer.Reset(time.Duration(deadline - monoNow()))
-			case errors.Is(m.err, io.EOF):
-				g.killTree()
-				return ExitKilled // the worker is gone: nobody to report to
-			default:
-				g.killTree()
-				return g.exit(End{How: Failed, Detail: "control: " + cmp.Or(m.err, errors.New("a second job")).Error()})
-			}
-		case <-timer.C:
-			if left := deadline - monoNow(); left > 0 {
-				timer.Reset(time.Duration(left))
-				continue
-			}
-			g.killTree()
-			return g.exit(End{How: Deadline})
-		case s := <-term:
-			g.killTree()
-			return g.exit(End{How: Terminated, Code: int(s.(syscall.Signal))})
+		case m = <-g.msgs:
+		case <-g.term:
+			return ExitKilled // nothing runs: nothing to kill
+		}
+		switch {
+		case errors.Is(m.err, io.EOF):
+			return 0 // the worker is gone, or let this waiting guard go
+		case m.err != nil:
+			return g.report(End{How: Failed, Detail: "control: " + m.err.Error()}, true)
+		case m.job == nil:
+			// A renewal or a cancel sent for the attempt that just ended,
+			// crossing its report: that attempt is over.
+			continue
+		case setupErr != nil:
+			closeAll(m.fds)
+			return g.fail(setupErr.Error())
+		}
+		end, last := g.attempt(m)
+		if end == nil {
+			return ExitKilled // the worker is gone: nobody to report to
+		}
+		if status := g.report(*end, last); last {
+			return status
 		}
 	}
 }
 
-// readMsg reads the worker's next line.
-func readMsg(in *bufio.Reader) msg {
-	line, err := in.ReadString('\n')
-	if err != nil {
-		if line != "" && errors.Is(err, io.EOF) {
-			err = fmt.Errorf("line %q cut short", line)
+// read passes the worker's messages to g.msgs until the end of them.
+func (g *guard) read() {
+	buf := make([]byte, maxMessage)
+	oob := make([]byte, unix.CmsgSpace(2*4))
+	for {
+		m := readMsg(buf, oob)
+		g.msgs <- m
+		if m.err != nil {
+			return
 		}
+	}
+}
+
+// readMsg reads one message; a job's comes with its two descriptors.
+func readMsg(buf, oob []byte) msg {
+	n, oobn, flags, _, err := unix.Recvmsg(ControlFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	for errors.Is(err, syscall.EINTR) {
+		n, oobn, flags, _, err = unix.Recvmsg(ControlFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	}
+	if err != nil {
 		return msg{err: err}
 	}
-	word, arg, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+	var fds []int
+	if oobn > 0 {
+		scms, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return msg{err: fmt.Errorf("descriptors: %w", err)}
+		}
+		for _, s := range scms {
+			got, err := unix.ParseUnixRights(&s)
+			if err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	m := parseMsg(string(buf[:n]))
+	switch {
+	case n == 0 && oobn == 0:
+		m = msg{err: io.EOF}
+	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
+		m = msg{err: fmt.Errorf("a message longer than %d bytes", len(buf))}
+	case m.job != nil && len(fds) != 2:
+		m = msg{err: fmt.Errorf("a job with %d descriptors, not 2", len(fds))}
+	}
+	if m.job != nil {
+		m.fds = fds
+	} else {
+		closeAll(fds)
+	}
+	return m
+}
+
+// parseMsg reads a message's text.
+func parseMsg(s string) msg {
+	word, arg, _ := strings.Cut(s, " ")
 	switch word {
 	case msgJob:
 		j := &job{}
@@ -179,21 +184,117 @@ func readMsg(in *bufio.Reader) msg {
 			return msg{deadline: ns}
 		}
 	}
-	return msg{err: fmt.Errorf("unexpected line %q", line)}
+	return msg{err: fmt.Errorf("unexpected message %q", s)}
 }
 
-// exit reports e to the worker and returns the guard's status.
-func (g *guard) exit(e End) int {
-	_, _ = io.WriteString(g.ctl, e.encode()+"\n")
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// attempt runs one job's command until it ends, and kills what it left.
+// It returns how the command ended and whether the guard must exit after
+// reporting it; a nil End when the worker is gone.
+func (g *guard) attempt(m msg) (end *End, last bool) {
+	j := m.job
+	stdin, stderr := m.fds[0], m.fds[1]
+	if j.Deadline <= monoNow() {
+		closeAll(m.fds)
+		return &End{How: Deadline}, false
+	}
+	g.pid, g.shDone = 0, false
+	pid, err := syscall.ForkExec(g.sh, []string{"sh", "-c", j.Command}, &syscall.ProcAttr{
+		Env:   withEnv(g.env, j.Env),
+		Files: []uintptr{uintptr(stdin), 1, uintptr(stderr)},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	closeAll(m.fds) // the command holds them now
+	if err != nil {
+		return &End{How: Failed, Detail: fmt.Sprintf("start %s: %v", g.sh, err)}, false
+	}
+	g.pid = pid
+
+	done := func(e End) (*End, bool) {
+		return &e, !g.killTree()
+	}
+	deadline := j.Deadline
+	timer := time.NewTimer(time.Duration(deadline - monoNow()))
+	defer timer.Stop()
+	for {
+		select {
+		case <-g.chld:
+			g.reap()
+			if g.shDone {
+				// The command's exit ends the attempt, whatever its children
+				// hold open.
+				return done(commandEnd(g.shStatus))
+			}
+		case m := <-g.msgs:
+			switch {
+			case m.cancel:
+				return done(End{How: Cancelled})
+			case m.deadline != 0:
+				deadline = m.deadline
+				timer.Reset(time.Duration(deadline - monoNow()))
+			case errors.Is(m.err, io.EOF):
+				g.killTree()
+				return nil, true
+			default:
+				closeAll(m.fds)
+				e, _ := done(End{How: Failed, Detail: "control: " + cmp.Or(m.err, errors.New("a second job")).Error()})
+				return e, true
+			}
+		case <-timer.C:
+			if left := deadline - monoNow(); left > 0 {
+				timer.Reset(time.Duration(left))
+				continue
+			}
+			return done(End{How: Deadline})
+		case s := <-g.term:
+			g.killTree()
+			return &End{How: Terminated, Code: int(s.(syscall.Signal))}, true
+		}
+	}
+}
+
+// withEnv is base with extra's variables added, replacing any of the same
+// name, as a shell's export would.
+func withEnv(base, extra []string) []string {
+	if len(extra) == 0 {
+		return base
+	}
+	names := make(map[string]bool, len(extra))
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		names[name] = true
+	}
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		if name, _, _ := strings.Cut(kv, "="); !names[name] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
+}
+
+// report tells the worker how the attempt ended, and returns the guard's
+// exit status should it exit now. last says it will: the worker does not
+// hand it another job.
+func (g *guard) report(e End, last bool) int {
+	line := e.encode()
+	if last {
+		line = lastWord + " " + line
+	}
+	_, _ = unix.Write(ControlFD, []byte(line))
 	return e.status()
 }
 
-// fail reports that the guard could not run the command, also on its
-// stderr, which becomes the job's error.
-func (g *guard) fail(format string, args ...any) int {
-	detail := fmt.Sprintf(format, args...)
+// fail reports that the guard cannot run commands, also on its stderr
+// (the worker's), and returns its exit status.
+func (g *guard) fail(detail string) int {
 	fmt.Fprintln(os.Stderr, "fila exec-guard: "+detail)
-	return g.exit(End{How: Failed, Detail: detail})
+	return g.report(End{How: Failed, Detail: detail}, true)
 }
 
 // commandEnd is how sh ended.
@@ -217,55 +318,64 @@ func (g *guard) reap() bool {
 			return false
 		case pid == 0:
 			return true
-		case pid == g.sh:
+		case pid == g.pid:
 			g.shDone, g.shStatus = true, ws
 		}
 	}
 }
 
-// giveUp bounds how long killTree tries: a process that SIGKILL cannot
+// giveUp bounds how long a kill tries: a process that SIGKILL cannot
 // reach (one that changed its user) must not keep the guard forever.
 const giveUp = 5 * time.Second
 
-// killTree kills every descendant and reaps them all. Orphans are
-// reparented to the guard, a child subreaper, so its descendants are all
-// it has to find: through /proc, again and again, because they may fork
-// while they are killed, until it has no child left.
-func (g *guard) killTree() {
+// killTree kills every descendant and reaps them all, and reports whether
+// it could: a guard with a process left over runs no further job. Orphans
+// are reparented to the guard, a child subreaper, so its descendants are
+// all it has to find: through /proc, again and again, because they may
+// fork while they are killed, until it has no child left.
+func (g *guard) killTree() bool {
 	if !g.reap() {
-		return
+		return true // the common case: the command left nothing behind
 	}
 	start := time.Now()
 	for {
 		if !g.shDone {
 			// The command's group at once; sh, not yet reaped, holds its id.
-			_ = syscall.Kill(-g.sh, syscall.SIGKILL)
+			_ = syscall.Kill(-g.pid, syscall.SIGKILL)
 		}
-		procs := descendants(g.self)
-		for _, p := range procs {
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
-		}
-		for _, p := range procs {
-			// Groups led by a descendant, or sh's, while one of its members
-			// is alive to hold the id; never another group of the session,
-			// which a descendant may have joined: the worker's, or the
-			// guard's own.
-			if p.pgid == p.pid || p.pgid == g.sh {
-				_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-			}
-		}
+		procs := killBelow(g.self, g.pid, g.shDone)
 		if !g.reap() {
-			return
+			return true
 		}
 		if time.Since(start) > giveUp {
 			fmt.Fprintf(os.Stderr, "fila exec-guard: gave up killing %d processes after %s: %v\n", len(procs), giveUp, procs)
-			return
+			return false
 		}
 		select {
 		case <-g.chld:
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// killBelow sends SIGKILL to every process below root, and to the process
+// groups they lead or that sh (pid sh, while not reaped) leads, and
+// returns the processes it found.
+func killBelow(root, sh int, shReaped bool) []proc {
+	procs := descendants(root)
+	for _, p := range procs {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+	for _, p := range procs {
+		// Groups led by a descendant, or sh's, while one of its members
+		// is alive to hold the id; never another group of the session,
+		// which a descendant may have joined: the worker's, or the
+		// guard's own.
+		if p.pgid == p.pid || (!shReaped && p.pgid == sh) {
+			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		}
+	}
+	return procs
 }
 
 // proc is one process found in /proc.
@@ -276,7 +386,7 @@ func (p proc) String() string { return strconv.Itoa(p.pid) }
 // descendants lists the processes below root: through the children files
 // of /proc/PID/task/TID, which cost in proportion to the tree, or where
 // the kernel has none (CONFIG_PROC_CHILDREN), through every process's
-// parent link. Neither is an atomic snapshot; killTree makes up for that
+// parent link. Neither is an atomic snapshot; the kills make up for that
 // by looking again until nothing is left.
 func descendants(root int) []proc {
 	if haveChildrenFiles() {
@@ -315,6 +425,13 @@ func descendantsByChildren(root int) []proc {
 // childrenOf lists the children of each of pid's threads: an orphan is
 // reparented to any thread of its subreaper.
 func childrenOf(pid int) []int {
+	if !haveChildrenFiles() {
+		var out []int
+		for _, p := range childrenByParent()[pid] {
+			out = append(out, p.pid)
+		}
+		return out
+	}
 	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
 	d, err := os.Open(dir)
 	if err != nil {
@@ -334,7 +451,8 @@ func childrenOf(pid int) []int {
 	return out
 }
 
-func descendantsByParent(root int) []proc {
+// childrenByParent maps each process of /proc to its children.
+func childrenByParent() map[int][]proc {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
@@ -352,6 +470,11 @@ func descendantsByParent(root int) []proc {
 			children[ppid] = append(children[ppid], proc{pid: pid, pgid: pgid})
 		}
 	}
+	return children
+}
+
+func descendantsByParent(root int) []proc {
+	children := childrenByParent()
 	// A pid reused meanwhile could make a loop: each is visited once.
 	var out []proc
 	seen := map[int]bool{root: true}

@@ -55,8 +55,14 @@ func newTestPool(t *testing.T, stdout io.Writer) *Pool {
 
 // runWorker runs command under a guard with a far deadline, and, once the
 // pool started a guard waiting for the next job, writes its pid to
-// $DIR/idle; then waits to be killed.
+// $DIR/idle; then says how the command ended and exits. With $ADOPT set,
+// it adopts orphans first, as fila work does.
 func runWorker(command string) {
+	if os.Getenv("ADOPT") != "" {
+		if err := AdoptOrphans(); err != nil {
+			panic(err)
+		}
+	}
 	p := newTestPool(nil, os.Stdout)
 	go func() {
 		for {
@@ -71,7 +77,7 @@ func runWorker(command string) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
-	end, err := p.Run(context.Background(), Attempt{Command: command, Env: os.Environ(), Stderr: os.Stderr,
+	end, err := p.Run(context.Background(), Attempt{Command: command, Stderr: os.Stderr,
 		OwnedUntil: func() time.Time { return time.Now().Add(time.Hour) }})
 	fmt.Fprintln(os.Stderr, "the command ended:", end, err)
 	os.Exit(1)
@@ -140,7 +146,7 @@ func start(t *testing.T, ctx context.Context, command, stdin string, d *deadline
 	p := newTestPool(t, r.stdout)
 	go func() {
 		defer close(r.done)
-		r.end, r.err = p.Run(ctx, Attempt{Command: command, Env: append(os.Environ(), "DIR="+r.dir), Stdin: []byte(stdin),
+		r.end, r.err = p.Run(ctx, Attempt{Command: command, Env: []string{"DIR=" + r.dir}, Stdin: []byte(stdin),
 			Stderr: r.stderr, OwnedUntil: d.get, Renewed: d.renewed})
 	}()
 	t.Cleanup(func() {
@@ -440,10 +446,21 @@ func TestRunByHandIsRefused(t *testing.T) {
 
 func TestEndRoundTrips(t *testing.T) {
 	for _, e := range []End{{How: Exited, Code: 0}, {How: Exited, Code: 65}, {How: Signalled, Code: 9},
-		{How: Deadline}, {How: Cancelled}, {How: Terminated, Code: 15}, {How: Failed, Detail: "start /bin/sh: no such file"}} {
+		{How: Deadline}, {How: Cancelled}, {How: Terminated, Code: 15}, {How: Failed, Detail: "start /bin/sh: no such file"},
+		{How: Failed, Detail: "a detail that ends with the word last"}} {
 		got, ok := parseEnd(e.encode() + "\n")
 		require.True(t, ok, "%v", e)
 		require.Equal(t, e, got)
+		for _, last := range []bool{false, true} {
+			line := e.encode()
+			if last {
+				line = lastWord + " " + line
+			}
+			got, gotLast, ok := parseReport(line)
+			require.True(t, ok, "%q", line)
+			require.Equal(t, e, got)
+			require.Equal(t, last, gotLast, "%q", line)
+		}
 	}
 	_, ok := parseEnd("")
 	require.False(t, ok)
@@ -455,4 +472,169 @@ func TestMonotonicMatchesTheClock(t *testing.T) {
 	want := monoNow() + int64(time.Until(in))
 	require.InDelta(t, want, got, float64(5*time.Millisecond))
 	require.LessOrEqual(t, got, want+int64(time.Millisecond))
+}
+
+// guardOf reads the pid of the guard a command ran under, its parent,
+// which the command wrote to $DIR/guard.
+func guardOf(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "guard"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	return pid
+}
+
+// A guard runs attempt after attempt: starting one costs more than the
+// rest of a pickup. Each attempt still gets its own input, error and
+// environment, and finds nothing left of the one before.
+func TestGuardRunsAttemptAfterAttempt(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, io.Discard)
+	var guard int
+	for i := range 3 {
+		dir := t.TempDir()
+		var stderr lockedBuffer
+		// Each attempt leaves a background child: it must be dead before
+		// the next attempt starts, and not counted as the next one's.
+		end, err := p.Run(context.Background(), Attempt{
+			Command: `echo $PPID > $DIR/guard; sleep 60 & echo $! > $DIR/child; printf '%s %s ' "$N" "$FILA_TEST_REPLACED" >&2; cat >&2`,
+			Env:     []string{"DIR=" + dir, "N=" + strconv.Itoa(i), "FILA_TEST_REPLACED=by-the-attempt"},
+			Stdin:   []byte(fmt.Sprintf("input-%d", i)),
+			Stderr:  &stderr, OwnedUntil: func() time.Time { return time.Now().Add(time.Minute) }})
+		require.NoError(t, err)
+		require.Equal(t, End{How: Exited}, end)
+		require.Equal(t, fmt.Sprintf("%d by-the-attempt input-%d", i, i), stderr.String())
+		b, err := os.ReadFile(filepath.Join(dir, "child"))
+		require.NoError(t, err)
+		child, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		require.NoError(t, err)
+		require.Empty(t, alive([]int{child}), "the attempt's background child is dead when it ends")
+		if i == 0 {
+			guard = guardOf(t, dir)
+		} else {
+			require.Equal(t, guard, guardOf(t, dir), "attempt %d ran under the first attempt's guard", i)
+		}
+	}
+}
+
+// Attempts that run at once each have a guard of their own, and their
+// inputs and errors do not cross.
+func TestAttemptsAtOnceHaveAGuardEach(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, io.Discard)
+	const n = 6
+	var wg sync.WaitGroup
+	dirs := make([]string, n)
+	for i := range n {
+		dirs[i] = t.TempDir()
+		wg.Go(func() {
+			var stderr lockedBuffer
+			// Each waits until all have started, so all run at once.
+			end, err := p.Run(context.Background(), Attempt{
+				Command: `echo $PPID > $DIR/guard; touch $DIR/started; while [ "$(ls $ALL/*/started 2>/dev/null | wc -l)" -lt ` + strconv.Itoa(n) + ` ]; do sleep 0.01; done; cat >&2`,
+				Env:     []string{"DIR=" + dirs[i], "ALL=" + filepath.Dir(dirs[i])},
+				Stdin:   []byte(strings.Repeat(strconv.Itoa(i), 10000)), // more than a pipe takes at once
+				Stderr:  &stderr, OwnedUntil: func() time.Time { return time.Now().Add(time.Minute) }})
+			assert := require.New(t)
+			assert.NoError(err)
+			assert.Equal(End{How: Exited}, end)
+			assert.Equal(strings.Repeat(strconv.Itoa(i), 10000), stderr.String())
+		})
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for _, dir := range dirs {
+		seen[guardOf(t, dir)] = true
+	}
+	require.Len(t, seen, n, "each attempt running at once had a guard of its own")
+}
+
+// Between jobs, a guard takes a deadline or a cancel for the attempt that
+// just ended (one that crossed its report), not for the next one.
+func TestLateMessagesDoNotReachTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, io.Discard)
+	g, err := p.take()
+	require.NoError(t, err)
+	require.NoError(t, g.send(msgCancel))
+	require.NoError(t, g.send(msgDeadline+" 1"))
+	p.put(g)
+	dir := t.TempDir()
+	end, err := p.Run(context.Background(), Attempt{Command: `echo $PPID > $DIR/guard; sleep 0.2`, Env: []string{"DIR=" + dir},
+		OwnedUntil: func() time.Time { return time.Now().Add(time.Minute) }})
+	require.NoError(t, err)
+	require.Equal(t, End{How: Exited}, end)
+	require.Equal(t, g.cmd.Process.Pid, guardOf(t, dir), "the guard that got the late messages ran the job")
+}
+
+// Guards beyond the spare ones that wait longer than the idle limit are
+// let go: a burst of attempts at once leaves no processes behind.
+func TestIdleGuardsBeyondTheSpareOnesGo(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, io.Discard)
+	p.idleLimit = 0
+	var taken []*guardProc
+	for range 3 {
+		g, err := p.take()
+		require.NoError(t, err)
+		taken = append(taken, g)
+	}
+	for _, g := range taken {
+		p.put(g)
+	}
+	p.mu.Lock()
+	n := len(p.idle)
+	p.mu.Unlock()
+	require.LessOrEqual(t, n, p.spare, "only the spare guards wait")
+	for _, g := range taken[:len(taken)-p.spare] {
+		require.NotNil(t, g.cmd.ProcessState, "guard %d was let go", g.cmd.Process.Pid)
+	}
+}
+
+// A guard killed while its command runs takes the command with it, and
+// the worker kills what the command started, which a worker that adopts
+// orphans (fila work) gets, before the attempt's Run returns; without
+// that, those processes live on.
+func TestKilledGuardLeavesNothingToAWorkerThatAdopts(t *testing.T) {
+	t.Parallel()
+	for _, adopt := range []bool{true, false} {
+		t.Run(fmt.Sprintf("adopt=%v", adopt), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			w := exec.Command(os.Args[0])
+			w.Env = append(os.Environ(), workerEnv+"="+`echo $PPID > $DIR/guard; `+treeCommand("sleep 60"), "DIR="+dir)
+			if adopt {
+				w.Env = append(w.Env, "ADOPT=1")
+			}
+			var out lockedBuffer
+			w.Stdout, w.Stderr = &out, &out
+			require.NoError(t, w.Start())
+			t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+			r := &run{dir: dir}
+			pids := r.waitPids(t, 5)
+			t.Cleanup(func() {
+				for _, pid := range alive(pids) {
+					killBelow(pid, 0, true) // the trap's sleep, recorded by no one
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			require.NoError(t, syscall.Kill(guardOf(t, dir), syscall.SIGKILL))
+			// The worker says how the attempt ended once Run returned. (It
+			// may not have exited yet: the processes left, if alive, hold
+			// its output open.)
+			waitFor(t, 30*time.Second, "the worker's Run returned", func() bool {
+				return strings.Contains(out.String(), "the command ended:")
+			})
+			require.Contains(t, out.String(), "exec guard:")
+			if adopt {
+				require.Empty(t, alive(pids), "every process of the attempt is dead when its Run returns")
+				return
+			}
+			// The command itself died with its guard; its children are
+			// init's now.
+			require.Empty(t, alive(pids[:1]))
+			require.NotEmpty(t, alive(pids[1:]), "without adoption the command's children outlive the guard")
+		})
+	}
 }

@@ -1,26 +1,33 @@
 // Package execguard is the guard that stands between a worker and each
 // `fila work --exec` command, so that a command never outlives its attempt.
 //
-// The worker starts the guard (the fila binary itself, run as the hidden
-// `fila exec-guard`) in a process group of its own and keeps one end of a
-// socket pair; the guard gets the other end as file descriptor ControlFD.
-// Guards are started ahead of their jobs (see Pool): starting one costs
-// more than the rest of a pickup. A guard makes itself a child subreaper,
-// so that every orphaned descendant of its command (double-forked, setsid,
-// daemonised) is reparented to it, waits for its job, and runs
-// `sh -c COMMAND`. It kills the command's whole tree
+// A guard is the fila binary itself, run as the hidden `fila exec-guard`,
+// in a process group of its own; the worker keeps one end of a socket pair
+// and the guard gets the other as file descriptor ControlFD. Starting one
+// costs far more than the rest of a pickup (the Go runtime and every
+// package's init), so a guard runs job after job, one at a time, for as
+// long as its worker lives: the worker keeps a pool of them (see Pool),
+// one per attempt running at once. A guard is a child subreaper, so that
+// every orphaned descendant of its command (double-forked, setsid,
+// daemonised) is reparented to it; with one attempt at a time, all it has
+// below it is that attempt's. For each job it runs `sh -c COMMAND` with the
+// job's standard input and error (descriptors that come with the job) and
+// the guard's standard output, and kills the command's whole tree
 //
 //   - at the attempt's deadline, an absolute CLOCK_MONOTONIC time the worker
 //     sends with the job and again each time the lease is renewed: a worker
 //     that is frozen (SIGSTOP, Ctrl-Z) or whose goroutines do not run sends
 //     nothing, and the tree dies on time all the same;
 //   - at once when the worker says cancel, or when its end of the socket
-//     closes (the worker died, even by SIGKILL);
+//     closes (the worker died, even by SIGKILL): the guard then exits;
 //   - at once when the command itself exits, whatever its children still
 //     hold open: the command's exit ends the attempt.
 //
-// Just before it exits, the guard writes one line saying how the command
-// ended (see End) for the worker to read.
+// Once the tree is gone, the guard reports how the command ended (see End)
+// and waits for the next job. A guard killed while its command runs takes
+// the command with it (its parent-death signal), and the command's
+// descendants are reparented to the worker, which kills them when it has
+// made itself a subreaper too (AdoptOrphans), as `fila work` does.
 //
 // Linux only: it relies on PR_SET_CHILD_SUBREAPER and /proc.
 package execguard
@@ -52,29 +59,40 @@ const (
 	ExitFailed = 125
 )
 
-// The lines the worker writes to its guard, one per line:
+// The messages the worker sends its guard, one per SOCK_SEQPACKET record:
 //
-//	job JSON      first, once: the attempt to run (see job)
+//	job JSON      the attempt to run (see job), with two descriptors: the
+//	              command's standard input and its standard error
 //	deadline NS   the attempt now ends at NS: kill the command's tree then,
-//	              unless another deadline line comes
+//	              unless another deadline comes
 //	cancel        kill it now
 //
-// End of file kills it now too, or, before the job line, ends an idle
-// guard.
+// End of file kills it now too, and ends the guard. Between jobs a guard
+// ignores a deadline or a cancel: one sent for the attempt that just ended
+// crossed its report. The guard answers each job with one record, how the
+// command ended (End.encode), after lastWord and a space when it exits next.
 const (
 	msgJob      = "job"
 	msgDeadline = "deadline"
 	msgCancel   = "cancel"
+	lastWord    = "last"
 )
+
+// maxMessage bounds one record of either side: a job's command and the
+// variables it adds to the environment.
+const maxMessage = 256 << 10
 
 // job is the attempt a guard runs.
 type job struct {
 	// Deadline is when the attempt ends unless a deadline line moves it, in
 	// CLOCK_MONOTONIC nanoseconds: an absolute time, so however late a line
 	// is read it cannot make the deadline later.
-	Deadline int64    `json:"deadline"`
-	Command  string   `json:"command"` // run with sh -c
-	Env      []string `json:"env"`     // the command's whole environment
+	Deadline int64  `json:"deadline"`
+	Command  string `json:"command"` // run with sh -c
+	// Env is added to the guard's own environment, the worker's, for the
+	// command: sending only what the job adds keeps the worker's own
+	// environment off every job's path.
+	Env []string `json:"env,omitempty"`
 }
 
 // How says how an attempt's command ended.
@@ -152,6 +170,16 @@ func (e End) encode() string {
 		return "terminated " + strconv.Itoa(e.Code)
 	}
 	return "failed " + strings.ReplaceAll(e.Detail, "\n", " ")
+}
+
+// parseReport reads a guard's report: how the command ended, and whether
+// the guard exits next.
+func parseReport(line string) (e End, last, ok bool) {
+	if rest, cut := strings.CutPrefix(line, lastWord+" "); cut {
+		line, last = rest, true
+	}
+	e, ok = parseEnd(line)
+	return e, last, ok
 }
 
 // parseEnd reads the line encode wrote.
