@@ -187,6 +187,26 @@ type BulkResult struct {
 	CopyPerSec       float64 `json:"copy_per_sec"`
 }
 
+// ExecResult is `fila work --exec KIND=true` draining a backlog next to
+// `xargs -P` running as many `sh -c true`, at the same concurrency: the
+// floor of a command per job (best round of each).
+type ExecResult struct {
+	Jobs        int     `json:"jobs"`
+	Concurrency int     `json:"concurrency"`
+	Rounds      int     `json:"rounds"`
+	FilaSec     float64 `json:"fila_sec"`
+	FilaPerSec  float64 `json:"fila_per_sec"`
+	XargsSec    float64 `json:"xargs_sec"`
+	XargsPerSec float64 `json:"xargs_per_sec"`
+	// FilaOverheadCPUUs is the CPU the worker process and its exec guards
+	// used per attempt, beyond the commands; FilaCommandCPUUs the
+	// commands' (sh -c true); XargsCPUUs xargs's and its commands' per
+	// command, all in microseconds.
+	FilaOverheadCPUUs float64 `json:"fila_overhead_cpu_us"`
+	FilaCommandCPUUs  float64 `json:"fila_command_cpu_us"`
+	XargsCPUUs        float64 `json:"xargs_cpu_us"`
+}
+
 // BreakdownResult cuts one system's pickups at a low rate into steps (see
 // the breakdown scenario): the median and mean of each step over the jobs
 // that could be traced. Medians of steps do not add up to the median of

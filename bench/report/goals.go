@@ -58,6 +58,9 @@ const (
 	// BigTableFactor: pickup p50 on the seeded table at most this many
 	// times the empty table's.
 	BigTableFactor = 1.2
+	// ExecOverXargs: `fila work --exec` drains `true` jobs at least this
+	// share of the speed of xargs -P running `sh -c true`.
+	ExecOverXargs = 0.6
 )
 
 // Rates the goals are set at.
@@ -85,6 +88,7 @@ type GoalInput struct {
 	Idle       []bench.IdleResult
 	Soak       *bench.SoakResult
 	BigTable   *bench.BigTableResult
+	Exec       *bench.ExecResult
 }
 
 // Goals judges every target on in.
@@ -101,6 +105,7 @@ func Goals(in GoalInput) []Goal {
 	gs = append(gs, drainVsPeers(in.Throughput), drainVsSQLFloor(in.Throughput))
 	gs = append(gs, soakGoals(in.Soak)...)
 	gs = append(gs, bigTableGoal(in.BigTable), idleGoal(in.Idle), idleQueuesGoal(in.Idle))
+	gs = append(gs, execGoal(in.Exec))
 	return gs
 }
 
@@ -426,3 +431,14 @@ func FormatBytes(n int64) string {
 }
 
 func formatSeconds(s float64) string { return formatNumber(s) + " s" }
+
+// execGoal judges `fila work --exec` against xargs -P running the same
+// commands.
+func execGoal(x *bench.ExecResult) Goal {
+	target := fmt.Sprintf("--exec true drains ≥ %.1f× the speed of xargs -P sh -c true at the same concurrency", ExecOverXargs)
+	if x == nil || x.XargsPerSec <= 0 {
+		return notMeasured(target, "run the exec scenario")
+	}
+	return atLeast(target, x.FilaPerSec, ExecOverXargs*x.XargsPerSec, "%.0f jobs/s vs %.0f commands/s, %s; Fila's CPU beyond the command %.0f µs per attempt",
+		x.FilaPerSec, x.XargsPerSec, Ratio(x.FilaPerSec, x.XargsPerSec), x.FilaOverheadCPUUs)
+}

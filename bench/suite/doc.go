@@ -27,6 +27,10 @@
 //     in the future;
 //   - bulk: runtime.InsertMany of a large batch next to a COPY of the same
 //     rows;
+//   - exec: a real `fila work --concurrency 32 --exec KIND=true` process
+//     draining a backlog next to `xargs -P 32 sh -c true` (the floor of a
+//     command per job), with the worker's and its exec guards' CPU per
+//     attempt beyond the command, read from /proc;
 //   - flows (not run by default): the same number of jobs drained plain,
 //     as one workflow of layers of 100 (each job after two of the layer
 //     before), and as sequences of three, each beside the plain drain;

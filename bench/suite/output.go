@@ -21,7 +21,7 @@ func WriteText(w io.Writer, r *Results) error {
 	fmt.Fprintf(&b, "server: %s\n", r.Server)
 	b.WriteString("Each scenario ran in a fresh database. On a shared 2-core machine these numbers are noisy: compare runs made back to back.\n")
 	sections := []func(*bytes.Buffer, *Results) error{latencySection, overheadSection, throughputSection, idleSection,
-		producersSection, bigTableSection, bulkSection, breakdownSection, soakSection, goalsSection}
+		producersSection, bigTableSection, bulkSection, execSection, breakdownSection, soakSection, goalsSection}
 	for _, sec := range sections {
 		if err := sec(&b, r); err != nil {
 			return err
@@ -278,6 +278,29 @@ func bulkSection(b *bytes.Buffer, r *Results) error {
 			strconv.FormatFloat(x.InsertManyPerSec, 'f', 0, 64), report.Ratio(x.InsertManyPerSec, x.CopyPerSec)},
 		{"COPY (pgx CopyFrom), the floor", strconv.FormatFloat(x.CopySec, 'f', 3, 64),
 			strconv.FormatFloat(x.CopyPerSec, 'f', 0, 64), "1.00×"},
+	}
+	b.WriteString("\n")
+	return t.Write(b)
+}
+
+func execSection(b *bytes.Buffer, r *Results) error {
+	x := r.Exec
+	if x == nil {
+		return nil
+	}
+	t := report.Table{
+		Title: fmt.Sprintf("A command per job: %d jobs at concurrency %d (best of %d rounds each; CPU per job from /proc and rusage)",
+			x.Jobs, x.Concurrency, x.Rounds),
+		Header:     []string{"way", "seconds", "jobs/s", "vs xargs", "CPU µs/job beyond the command", "command's CPU µs/job"},
+		AlignRight: []bool{false, true, true, true, true, true},
+	}
+	sec := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+	t.Rows = [][]string{
+		{fmt.Sprintf("fila work --concurrency %d --exec KIND=true", x.Concurrency), sec(x.FilaSec), num(x.FilaPerSec),
+			report.Ratio(x.FilaPerSec, x.XargsPerSec), num(x.FilaOverheadCPUUs), num(x.FilaCommandCPUUs)},
+		{fmt.Sprintf("xargs -P %d sh -c true, the floor", x.Concurrency), sec(x.XargsSec), num(x.XargsPerSec), "1.00×",
+			"", num(x.XargsCPUUs) + " (xargs and sh)"},
 	}
 	b.WriteString("\n")
 	return t.Write(b)

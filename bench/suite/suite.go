@@ -27,6 +27,7 @@ const (
 	ScenarioProducers = "producers"
 	ScenarioBigTable  = "bigtable"
 	ScenarioBulk      = "bulk"
+	ScenarioExec      = "exec"
 	ScenarioSoak      = "soak"
 	ScenarioBreakdown = "breakdown"
 	ScenarioFlows     = "flows"
@@ -34,7 +35,7 @@ const (
 
 // Scenarios lists every scenario in the order they run.
 var Scenarios = []string{ScenarioLatency, ScenarioFloor, ScenarioDrain, ScenarioSteady, ScenarioSQLFloor,
-	ScenarioIdle, ScenarioProducers, ScenarioBigTable, ScenarioBulk, ScenarioBreakdown, ScenarioFlows, ScenarioSoak}
+	ScenarioIdle, ScenarioProducers, ScenarioBigTable, ScenarioBulk, ScenarioExec, ScenarioBreakdown, ScenarioFlows, ScenarioSoak}
 
 // DefaultScenarios are the scenarios run when none are named: all but the
 // soak, which runs for minutes on its own, and the flows, three drains of
@@ -77,6 +78,7 @@ var (
 	BigTableScheduledDefault = 1000000
 	BigTableRateDefault      = 100
 	BulkJobsDefault          = 100000
+	ExecJobsDefault          = 1000
 )
 
 // IdleQueuesDefault are the queue counts of the idle scenario's workers of
@@ -150,6 +152,12 @@ type Options struct {
 	// BulkJobs is the size of the bulk scenario's batch. Defaults to
 	// BulkJobsDefault.
 	BulkJobs int
+	// ExecJobs is how many jobs each round of the exec scenario runs.
+	// Defaults to ExecJobsDefault.
+	ExecJobs int
+	// FilaBin is the fila binary the exec scenario runs `fila work --exec`
+	// with: `fila bench` sets its own. Without it the scenario is skipped.
+	FilaBin string
 	// PeersDir, if set, is the bench/peers module's directory: after
 	// Fila's scenarios, the peers it holds run there (with `go run`) on the
 	// same server and rates, and their rows join the results, so the goals
@@ -225,6 +233,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.BulkJobs == 0 {
 		o.BulkJobs = BulkJobsDefault
+	}
+	if o.ExecJobs == 0 {
+		o.ExecJobs = ExecJobsDefault
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -303,6 +314,7 @@ type Results struct {
 	Producers  []bench.ProducerResult   `json:"producers"`
 	BigTable   *bench.BigTableResult    `json:"bigtable,omitempty"`
 	Bulk       *bench.BulkResult        `json:"bulk,omitempty"`
+	Exec       *bench.ExecResult        `json:"exec,omitempty"`
 	Soak       *bench.SoakResult        `json:"soak,omitempty"`
 	// Breakdown is where one pickup's time goes, for Fila and the floor.
 	Breakdown []bench.BreakdownResult `json:"breakdown,omitempty"`
@@ -317,7 +329,7 @@ type Results struct {
 
 // GoalInput is what the goals are judged on.
 func (r *Results) GoalInput() report.GoalInput {
-	return report.GoalInput{Latency: r.Latency, Throughput: r.Throughput, Idle: r.Idle, Soak: r.Soak, BigTable: r.BigTable}
+	return report.GoalInput{Latency: r.Latency, Throughput: r.Throughput, Idle: r.Idle, Soak: r.Soak, BigTable: r.BigTable, Exec: r.Exec}
 }
 
 func (r *Results) note(format string, args ...any) {
@@ -372,6 +384,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{ScenarioProducers, s.producers},
 		{ScenarioBigTable, s.bigTable},
 		{ScenarioBulk, s.bulk},
+		{ScenarioExec, s.exec},
 		{ScenarioBreakdown, s.breakdown},
 		{ScenarioFlows, s.flows},
 		{ScenarioSoak, s.soak},
@@ -386,6 +399,10 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		if err := st.run(ctx); err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
+			}
+			if errors.Is(err, errSkipped) {
+				res.note("%s: %v", st.name, err)
+				continue
 			}
 			res.note("%s: failed: %v", st.name, err)
 			s.log.Error("scenario failed", zap.String("scenario", st.name), zap.Error(err))

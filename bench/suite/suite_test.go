@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -502,4 +503,43 @@ func TestBreakdown(t *testing.T) {
 	require.NoError(t, suite.WriteText(&text, res))
 	require.Contains(t, text.String(), "Where a pickup's time goes: fila notify at 10/s")
 	require.Contains(t, text.String(), "claim reply → handler's first line")
+}
+
+// TestExec drains --exec jobs with a real `fila work` process of the
+// binary built from this tree, next to xargs, and checks both were
+// measured, with the worker's CPU read from /proc.
+func TestExec(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "fila")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/fila-run/fila/cmd/fila").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	res := tinyWith(t, func(o *suite.Options) { o.ExecJobs = 200; o.FilaBin = bin }, suite.ScenarioExec)
+	x := res.Exec
+	require.NotNil(t, x)
+	require.Equal(t, 200, x.Jobs)
+	require.Equal(t, suite.ExecConcurrency, x.Concurrency)
+	require.Positive(t, x.FilaSec)
+	require.Positive(t, x.XargsSec)
+	require.InDelta(t, 200/x.FilaSec, x.FilaPerSec, 1e-6)
+	// Every attempt runs sh, whose CPU the guards collect; the worker and
+	// its guards do work of their own for each.
+	require.Positive(t, x.FilaCommandCPUUs)
+	require.Positive(t, x.FilaOverheadCPUUs)
+	require.Positive(t, x.XargsCPUUs)
+	var text bytes.Buffer
+	require.NoError(t, suite.WriteText(&text, res))
+	require.Contains(t, text.String(), "xargs -P 32 sh -c true, the floor")
+	require.Regexp(t, `--exec true drains ≥ 0.6× the speed of xargs -P sh -c true at the same concurrency: (met|MISSED)`, text.String())
+}
+
+// TestExecWithoutBinary: with no fila binary to run, the exec scenario
+// says it was skipped rather than failing or pretending.
+func TestExecWithoutBinary(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := suite.Run(ctx, suite.Options{DSN: testdb.AdminURL(), Scenarios: []string{suite.ScenarioExec}})
+	require.NoError(t, err)
+	require.Nil(t, res.Exec)
+	require.Contains(t, strings.Join(res.Notes, "\n"), "exec: skipped: no fila binary to run")
 }

@@ -31,7 +31,7 @@ type benchFlags struct {
 	soakDuration, soakWindow, soakRetention time.Duration
 	soakRate                                int
 	bigCompleted, bigScheduled, bigRate     int
-	bulkJobs                                int
+	bulkJobs, execJobs                      int
 
 	peers    bool
 	peersDir string
@@ -61,6 +61,7 @@ func (f *benchFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&f.bigScheduled, "bigtable-scheduled", suite.BigTableScheduledDefault, "pending jobs scheduled a day ahead the bigtable scenario seeds")
 	fs.IntVar(&f.bigRate, "bigtable-rate", suite.BigTableRateDefault, "insert rate of the bigtable scenario's pickup runs, jobs/s")
 	fs.IntVar(&f.bulkJobs, "bulk-jobs", suite.BulkJobsDefault, "jobs of the bulk scenario's InsertMany and COPY")
+	fs.IntVar(&f.execJobs, "exec-jobs", suite.ExecJobsDefault, "jobs of each round of the exec scenario (fila work --exec against xargs -P)")
 	fs.BoolVar(&f.peers, "peers", false, "after Fila's scenarios, run River, graphile-worker and pg-boss from the bench/peers module (go run; Node.js 20+ for the latter two) in this run, so the goals compare with the best of them")
 	fs.StringVar(&f.peersDir, "peers-dir", suite.PeersDirDefault, "the bench/peers module's directory, for --peers")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (workers and producers) to this file, for go tool pprof")
@@ -139,6 +140,11 @@ func (f *benchFlags) options() (suite.Options, error) {
 		Workers: f.workers, ClaimBatch: f.claimBatch, IdleDuration: f.idleDuration, ProducerDuration: f.prodDuration,
 		SoakDuration: f.soakDuration, SoakRate: f.soakRate, SoakWindow: f.soakWindow, SoakRetention: f.soakRetention,
 		BigTableCompleted: f.bigCompleted, BigTableScheduled: f.bigScheduled, BigTableRate: f.bigRate, BulkJobs: f.bulkJobs,
+		ExecJobs: f.execJobs,
+	}
+	// The exec scenario runs this very binary as its worker.
+	if self, err := os.Executable(); err == nil {
+		o.FilaBin = self
 	}
 	if f.peers {
 		if f.peersDir == "" {
