@@ -135,14 +135,37 @@ func mapResult(job *Job, err error, cause error, backoff func(int) time.Duration
 	return result{kind: resultFailed, err: err, permanent: IsPermanent(err), delay: delay}
 }
 
-// call runs h, turning a panic into an error with its stack.
+// call runs h, turning a panic into an error with its stack. Each kind's
+// own handler is wrapped by recovering inside its middleware, so this one
+// only sees a panic of a middleware itself.
 func call(ctx context.Context, h Handler, job *Job) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			buf := make([]byte, 4096)
-			buf = buf[:goruntime.Stack(buf, false)]
-			err = fmt.Errorf("handler panicked: %v\n%s", p, buf)
+			err = panicError(p)
 		}
 	}()
 	return h(ctx, job)
+}
+
+// recovering wraps a kind's handler, innermost, so that its panic reaches
+// every middleware as an error, with the stack, as any failure of the
+// handler does: a middleware that records next's error (metrics, a
+// tracing span, an error reporter) sees it.
+func recovering(h Handler) Handler {
+	return func(ctx context.Context, job *Job) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = panicError(p)
+			}
+		}()
+		return h(ctx, job)
+	}
+}
+
+// panicError is the error a recovered panic becomes: its value and the
+// stack of the goroutine that panicked.
+func panicError(p any) error {
+	buf := make([]byte, 4096)
+	buf = buf[:goruntime.Stack(buf, false)]
+	return fmt.Errorf("handler panicked: %v\n%s", p, buf)
 }

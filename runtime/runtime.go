@@ -136,6 +136,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.cfg.Observer = observers{r.rollup, cfg.Observer}
 	for _, k := range cfg.Kinds {
 		// Composed once, here: the hot path makes one call per layer.
+		k.Handler = recovering(k.Handler)
 		for i := len(cfg.Middleware) - 1; i >= 0; i-- {
 			k.Handler = cfg.Middleware[i](k.Handler)
 		}

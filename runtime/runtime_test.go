@@ -558,3 +558,52 @@ func TestHeartbeatsKeepALongJobFromBeingRescued(t *testing.T) {
 	require.Empty(t, lastErr)
 	require.EqualValues(t, 1, runs.Load())
 }
+
+// A handler's panic reaches every middleware as the attempt's error, with
+// its stack, as any other failure does: a middleware that records next's
+// error (an error reporter, metrics, a span) sees it. The job is retried
+// with the same error, and WorkTx treats it the same way.
+func TestPanicReachesMiddlewareAsAnError(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	seen := make(chan error, 4)
+	record := func(next runtime.Handler) runtime.Handler {
+		return func(ctx context.Context, j *runtime.Job) error {
+			err := next(ctx, j)
+			seen <- err
+			return err
+		}
+	}
+	boom := runtime.Kind{Name: "boom", Handler: func(ctx context.Context, j *runtime.Job) error { panic("kaboom") }}
+	cfg := baseConfig(t, db, boom)
+	cfg.Middleware = []runtime.Middleware{record}
+	start(t, cfg)
+	id, err := runtime.Insert(context.Background(), db.Pool, "boom", nil, &runtime.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	select {
+	case err := <-seen:
+		require.Error(t, err, "the middleware saw the panic as an error")
+		require.Contains(t, err.Error(), "handler panicked: kaboom")
+		require.Contains(t, err.Error(), "goroutine", "with the stack")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the middleware never saw the attempt")
+	}
+	waitFor(t, 10*time.Second, "dead", func() bool { s, _, _ := jobState(t, db, id); return s == "dead" })
+	_, _, le := jobState(t, db, id)
+	require.Contains(t, le, "handler panicked: kaboom")
+
+	// The same through WorkTx, inside a transaction of the test's.
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	id2, err := runtime.InsertTx(ctx, tx, "boom", nil, &runtime.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	_, _ = runtime.WorkTx(ctx, tx, boom, []runtime.Middleware{record}, id2)
+	select {
+	case err := <-seen:
+		require.ErrorContains(t, err, "handler panicked: kaboom")
+	default:
+		t.Fatal("WorkTx's middleware never saw the attempt")
+	}
+}

@@ -46,6 +46,7 @@ func WorkTx(ctx context.Context, tx pgx.Tx, kind Kind, middleware []Middleware, 
 	if kind.Handler == nil {
 		return WorkResult{}, fmt.Errorf("work job %d: kind %q has no Handler", id, kind.Name)
 	}
+	kind.Handler = recovering(kind.Handler)
 	for i := len(middleware) - 1; i >= 0; i-- {
 		kind.Handler = middleware[i](kind.Handler)
 	}

@@ -218,3 +218,26 @@ func TestAttemptWithoutTraceContextStartsATrace(t *testing.T) {
 		require.Equal(t, "completed", attr(s, "fila.outcome").AsString())
 	}
 }
+
+// A handler that panics fails its attempt like any other error: the span
+// ends with status Error, the panic recorded with its stack, and the
+// attempt's outcome.
+func TestPanickingHandlerEndsItsSpanAsAnError(t *testing.T) {
+	t.Parallel()
+	db := testrt.Migrated(t)
+	ctx := context.Background()
+	tp, exp := tracer(t)
+	cfg := runtime.Config{DSN: db.DSN, ListenDSN: db.DirectDSN, Logger: zaptest.NewLogger(t),
+		Middleware: []runtime.Middleware{otelfila.Middleware(otelfila.Config{TracerProvider: tp})},
+		Kinds:      []runtime.Kind{{Name: "boom", Handler: func(context.Context, *runtime.Job) error { panic("kaboom") }}}}
+	testrt.Start(t, cfg)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, max_attempts) VALUES ('boom', 1)`)
+	require.NoError(t, err)
+	testrt.WaitFor(t, 15*time.Second, "the attempt's span", func() bool { return len(exp.GetSpans()) == 1 })
+	s := exp.GetSpans()[0]
+	require.Equal(t, codes.Error, s.Status.Code)
+	require.Contains(t, s.Status.Description, "handler panicked: kaboom")
+	require.Equal(t, string(runtime.OutcomeDead), attr(s, "fila.outcome").AsString())
+	require.NotEmpty(t, s.Events, "the error is recorded")
+	require.Contains(t, s.Events[0].Name, "exception")
+}
