@@ -16,6 +16,13 @@ func TestKillWorker(t *testing.T) {
 	run(t, env(t), "kill", processSize)
 }
 
+func TestKillGuard(t *testing.T) {
+	t.Parallel()
+	res := run(t, env(t), "kill-guard", processSize)
+	require.Zero(t, res.Lost)
+	require.Zero(t, res.Overlapping)
+}
+
 func TestStallWorker(t *testing.T) {
 	t.Parallel()
 	run(t, env(t), "stall", processSize)

@@ -93,6 +93,7 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "kill", Fault: "worker process SIGKILLed mid-job", Run: KillWorker},
+		{Name: "kill-guard", Fault: "exec guard SIGKILLed while its command runs", Run: KillGuard},
 		{Name: "stall", Fault: "worker SIGSTOPped, its command running on", Run: StallWorker},
 		{Name: "listener-terminate", Fault: "listener backend terminated", Run: TerminateListener},
 		{Name: "listener-halfopen", Fault: "listener connection half-open", Run: HalfOpenListener},
