@@ -74,8 +74,8 @@ var (
 	HighRate = 1000
 )
 
-// HighRateMode is the runtime mode the README recommends at HighRate single-job
-// commits a second ("Choosing notify, WAL or poll": past a few hundred
+// HighRateMode is the runtime mode docs/wake-sources.md recommends at HighRate
+// single-job commits a second ("Choosing notify, WAL or poll": past a few hundred
 // notifying commits a second, switch to WAL).
 const HighRateMode = bench.ModeWAL
 

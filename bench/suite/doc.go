@@ -8,7 +8,7 @@
 //   - latency: pickup latency at steady insert rates, one job per
 //     transaction, open loop, for each runtime mode (notify, poll-50ms,
 //     poll-200ms, poll-1s, wal — the last with the insert trigger's NOTIFY
-//     off, as the README says to run it), from just before COMMIT to the
+//     off, as docs/wake-sources.md says to run it), from just before COMMIT to the
 //     handler's first line, on one monotonic clock, with the commit rate
 //     the producers really reached;
 //   - floor: the same producer against a bare LISTEN connection (the

@@ -131,7 +131,7 @@ func (s *suite) runFila(ctx context.Context, mode string, rate int) (res bench.L
 	}
 	defer func() { err = errors.Join(err, db.drop()) }()
 	if mode == ModeWAL {
-		// WAL-mode workers need no NOTIFY, and the README says to switch the
+		// WAL-mode workers need no NOTIFY, and docs/wake-sources.md says to switch the
 		// trigger off with them: producers' commits then take no
 		// instance-wide lock.
 		if err := db.setNotifyTrigger(ctx, false); err != nil {

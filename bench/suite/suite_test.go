@@ -171,7 +171,7 @@ func TestIdle(t *testing.T) {
 			}
 			t.Logf("attempt %d: %s (%d queues): %d transactions in %.2f s (and %d reads of the notification queue), bound %d",
 				attempt, x.Mode, max(x.Queues, 1), x.Transactions, x.Seconds, x.QueueReads, report.IdleBound(x))
-			// The README's claim: an idle worker costs a query per poll
+			// The claim of docs/wake-sources.md: an idle worker costs a query per poll
 			// interval and one per listener keep-alive. The slack is the
 			// start-up noise the baseline worker does not cancel exactly (a
 			// claim that raced the stop), and half the queue reads taken

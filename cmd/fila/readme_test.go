@@ -27,19 +27,16 @@ import (
 	"github.com/fila-run/fila/migrations"
 )
 
-// readmeDocs are the documents whose every example runs here, or says why
-// it does not (internal/readme reads their markers).
-var readmeDocs = []string{"README.md", "docs/bench.md"}
-
 // repoRoot is the repository's root, from this package's directory.
 const repoRoot = "../.."
 
 // exampleTimeout bounds one example, its set-up and checks included.
 const exampleTimeout = 3 * time.Minute
 
-// TestREADMEExamples runs every example of the README (and of the docs it
-// links to) that its marker says runs, each against a throwaway database of
-// its own, as a reader would run it:
+// TestREADMEExamples runs every example of the README and of the guides
+// (readme.Documents: README.md and every docs/**/*.md, found by name so that
+// no new guide is left out) that its marker says runs, each against a
+// throwaway database of its own, as a reader would run it:
 //
 //   - sh: the block, by bash -e, with the fila under test first on PATH and
 //     FILA_DSN and FILA_LISTEN_DSN set; what it starts in the background is
@@ -61,7 +58,10 @@ const exampleTimeout = 3 * time.Minute
 // marker fails the test.
 func TestREADMEExamples(t *testing.T) {
 	t.Parallel()
-	for _, doc := range readmeDocs {
+	docs, err := readme.Documents(repoRoot)
+	require.NoError(t, err)
+	require.Contains(t, docs, "docs/bench.md")
+	for _, doc := range docs {
 		text, err := os.ReadFile(filepath.Join(repoRoot, doc))
 		require.NoError(t, err)
 		examples, err := readme.Parse(string(text))

@@ -20,7 +20,7 @@ import (
 
 // A setting is one thing `fila work` can be told: by a flag, by a key of
 // the configuration file, or both. The flags, the file's keys, how each
-// value is read and checked, `fila help work` and the README's table all
+// value is read and checked, `fila help work` and the table of docs/configuration.md all
 // come from settings; a test holds it to runtime.Config, whose every field
 // is a setting or in goOnly.
 type setting struct {
@@ -28,7 +28,7 @@ type setting struct {
 	flag  string // without its dashes; "" for a key only
 	field string // the runtime.Config fields it sets, "" for the process's own
 	arg   string // the value's form, for help: DURATION, N, HOST:PORT…
-	// allowed and def say in help and the README what the value may be
+	// allowed and def say in help and docs/configuration.md what the value may be
 	// and what it is when left out.
 	allowed, def string
 	doc          string

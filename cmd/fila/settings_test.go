@@ -299,27 +299,33 @@ func TestTheCheckAndTheRuntimeAgree(t *testing.T) {
 	}
 }
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite the README's table of settings from settings.go")
+// settingsDoc is the document that holds the table of settings, from this
+// package's directory.
+const settingsDoc = "../../docs/configuration.md"
 
-// The README's table of settings is settings.go's, generated.
+var updateREADME = flag.Bool("update-readme", false, "rewrite the table of settings of docs/configuration.md from settings.go")
+
+// The table of settings of the configuration guide is settings.go's,
+// generated.
 func TestREADMEShowsEverySetting(t *testing.T) {
 	t.Parallel()
 	const begin, end = "<!-- settings: from cmd/fila/settings.go; go test ./cmd/fila -run README -update-readme -->\n", "<!-- /settings -->\n"
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile(settingsDoc)
 	require.NoError(t, err)
 	before, rest, ok := strings.Cut(string(readme), begin)
-	require.True(t, ok, "the README marks its table of settings")
+	require.True(t, ok, "%s marks its table of settings", settingsDoc)
 	_, after, ok := strings.Cut(rest, end)
 	require.True(t, ok)
 	want := settingsTable()
 	if *updateREADME {
-		require.NoError(t, os.WriteFile("../../README.md", []byte(before+begin+want+end+after), 0o644))
+		require.NoError(t, os.WriteFile(settingsDoc, []byte(before+begin+want+end+after), 0o644))
 		return
 	}
 	require.Equal(t, want, rest[:len(rest)-len(end)-len(after)], "run: go test ./cmd/fila -run README -update-readme")
 }
 
-// settingsTable is the README's table of settings, and the Go-only fields.
+// settingsTable is the configuration guide's table of settings, and the
+// Go-only fields.
 func settingsTable() string {
 	cell := func(s, or string) string {
 		if s == "" {

@@ -21,7 +21,7 @@ import (
 // ShutdownGrace is how long past its --shutdown-timeout a `fila work`
 // whose database cannot be reached may take to exit: what is left to write
 // once its handlers are cancelled gets runtime.HardStopGraceDefault (as
-// the README says), and a second more lets the process take the signal and
+// docs/cli.md says), and a second more lets the process take the signal and
 // exit on a loaded machine.
 const ShutdownGrace = runtime.HardStopGraceDefault + time.Second
 

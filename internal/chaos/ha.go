@@ -95,7 +95,7 @@ func (e *Env) ha(ctx context.Context, size Size, kind haFaultKind) (*Result, err
 	res := &Result{Load: fmt.Sprintf("%d jobs at 50/s × notify, WAL; %d runtimes × %d", jobs, workers, haConcurrency)}
 	// The Patroni cluster is the server: its multi-host DSN for everything,
 	// no pooler (a PgBouncer in front of an HA cluster must itself follow
-	// the primary; the README says how).
+	// the primary; docs/operating.md says how).
 	he := *e
 	he.AdminDSN, he.PoolerDSN, he.Cluster, he.Bouncer = e.Patroni.DSN("postgres"), "", nil, nil
 	he.created = e.Patroni.WaitReplayed

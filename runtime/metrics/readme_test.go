@@ -18,22 +18,23 @@ import (
 	"github.com/fila-run/fila/runtime/metrics"
 )
 
-// readmeMetric is one metric as the README's table of metrics describes it.
+// readmeMetric is one metric as the table of metrics of the metrics guide
+// (docs/metrics-and-alerts.md) describes it.
 type readmeMetric struct {
 	typ    string
 	labels []string
 }
 
-// readmeMetrics reads the README's table of metrics: each row names one or
+// readmeMetrics reads the metrics guide's table of metrics: each row names one or
 // more metrics, their type (one for all, or one each, in order) and their
 // labels (blank for none).
 func readmeMetrics(t *testing.T) map[string]readmeMetric {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/metrics-and-alerts.md")
 	require.NoError(t, err)
 	const header = "| metric | type | labels | what |\n| --- | --- | --- | --- |\n"
 	_, table, ok := strings.Cut(string(readme), header)
-	require.True(t, ok, "the README has a table of metrics")
+	require.True(t, ok, "docs/metrics-and-alerts.md has a table of metrics")
 	names := regexp.MustCompile("`(fila_[a-z_]+)`")
 	out := map[string]readmeMetric{}
 	for _, line := range strings.Split(table, "\n") {
@@ -67,7 +68,7 @@ func readmeMetrics(t *testing.T) map[string]readmeMetric {
 	return out
 }
 
-// The README's table of metrics lists every metric the collector exports,
+// The metrics guide's table of metrics lists every metric the collector exports,
 // with its type and labels, and nothing else: it is compared with a scrape
 // of a collector whose every metric has a series (a table to read, a
 // runtime attached in notify mode, expected queues and kinds) and with the
@@ -119,5 +120,5 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	for _, name := range described {
 		require.Contains(t, got, name, "described but not exported by this scrape: the test must give it a series")
 	}
-	require.Equal(t, want, got, "the README's table of metrics (type, labels) and what the collector exports")
+	require.Equal(t, want, got, "the table of metrics of docs/metrics-and-alerts.md (type, labels) and what the collector exports")
 }
