@@ -96,8 +96,10 @@ func TestSourcesFollowThePrimary(t *testing.T) {
 		waitWake(t, s, "a wake for an insert on the new primary")
 	}
 
-	// Failover: the new primary's postmaster is killed; the old one takes
-	// over again.
+	// Failover: the new primary's postmaster is killed. Patroni either
+	// promotes the other node or, holding the leader key still, restarts
+	// the crashed one as the primary (as a loaded machine makes likelier):
+	// the sources must follow whichever is the primary then.
 	_, _, err = c.KillLeaderPostmaster(ctx)
 	require.NoError(t, err)
 	for _, s := range following {
@@ -105,7 +107,7 @@ func TestSourcesFollowThePrimary(t *testing.T) {
 	}
 	back, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
-	require.Equal(t, leader.Name, back.Name)
+	t.Logf("primary after the failover: %s (before the crash: %s)", back.Name, to)
 	for _, s := range following {
 		waitFor(t, 2*waitTimeout, "the source to listen on the primary after the failover", s.Healthy)
 		drain(s.Wakes())
