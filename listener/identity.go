@@ -34,15 +34,19 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// ReadIdentity reads the identity of the database q is connected to.
+// ReadIdentity reads the identity of the database q is connected to. On
+// an error it returns the zero Identity, never a partial one: a statement
+// cancelled after its row arrived (a statement_timeout of a few
+// milliseconds) has scanned the name already, and a name without its
+// cluster would then be checked, and refused, as another database.
 func ReadIdentity(ctx context.Context, q Querier) (Identity, error) {
 	var id Identity
 	var sys string
 	if err := q.QueryRow(ctx, sqlIdentity).Scan(&sys, &id.Name); err != nil {
-		return id, fmt.Errorf("read database identity: %w", err)
+		return Identity{}, fmt.Errorf("read database identity: %w", err)
 	}
 	if _, err := fmt.Sscan(sys, &id.SystemID); err != nil {
-		return id, fmt.Errorf("read database identity: system identifier %q: %w", sys, err)
+		return Identity{}, fmt.Errorf("read database identity: system identifier %q: %w", sys, err)
 	}
 	return id, nil
 }

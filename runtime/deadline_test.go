@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,14 +31,16 @@ type handlerRun struct {
 // runRecorder is a handler that records each run and waits for its context
 // or for hold to pass.
 type runRecorder struct {
-	hold    time.Duration
+	hold    atomic.Int64 // a time.Duration: the test shortens it while handlers run
 	mu      sync.Mutex
 	runs    []handlerRun
 	started chan struct{} // one value per run start
 }
 
 func newRunRecorder(hold time.Duration) *runRecorder {
-	return &runRecorder{hold: hold, started: make(chan struct{}, 16)}
+	r := &runRecorder{started: make(chan struct{}, 16)}
+	r.hold.Store(int64(hold))
+	return r
 }
 
 func (r *runRecorder) handle(ctx context.Context, j *runtime.Job) error {
@@ -46,7 +49,7 @@ func (r *runRecorder) handle(ctx context.Context, j *runtime.Job) error {
 	select {
 	case <-ctx.Done():
 		run.cause, run.ownedUntil = context.Cause(ctx), j.OwnedUntil()
-	case <-time.After(r.hold):
+	case <-time.After(time.Duration(r.hold.Load())):
 	}
 	run.ended = time.Now()
 	r.mu.Lock()
@@ -126,7 +129,7 @@ func TestRowLockedLongerThanTheLeaseStopsTheHandlerFirst(t *testing.T) {
 		return past
 	})
 	require.NoError(t, tx.Commit(ctx))
-	rec.hold = 0
+	rec.hold.Store(0)
 	waitFor(t, 10*time.Second, "the job ran again and completed", func() bool {
 		s, _, _ := jobState(t, db, id)
 		return s == "completed"

@@ -103,7 +103,11 @@ func (r *Runtime) open(ctx context.Context) error {
 	// The wake source must reach the database the jobs are in: one that
 	// reaches another would wake nobody, and every job would wait for the
 	// safety poll.
-	expect, err := listener.ReadIdentity(pingCtx, r.control)
+	var expect listener.Identity
+	err := untilNoSessionTimeout(pingCtx, func() (err error) {
+		expect, err = listener.ReadIdentity(pingCtx, r.control)
+		return err
+	})
 	if err != nil {
 		r.log.Warn("cannot read the database's identity; the listen DSN is not checked against the main one",
 			zap.Error(err))

@@ -38,8 +38,12 @@ func EscapingDescendants(ctx context.Context, env *Env, size Size) (*Result, err
 		return nil, err
 	}
 	const (
-		lease   = partitionLease
-		timeout = 2 * time.Second
+		lease = partitionLease
+		// timeout leaves a loaded machine time to start the command's six
+		// processes before it fires: at 2s, beside other tests, a first
+		// run was killed before its last child started, and the check that
+		// every child had started waited in vain.
+		timeout = 2 * lease
 		// cancelBound: a cancel is seen by the next heartbeat (within
 		// Lease/3); a command that outlives the cancel by this much was not
 		// stopped.
