@@ -235,3 +235,22 @@ type BreakdownStep struct {
 	P50Ms  float64 `json:"p50_ms"`
 	MeanMs float64 `json:"mean_ms"`
 }
+
+// InsertCostResult is the insert scenario on one server: the median of a
+// fresh session's first INSERT (cold) and second (warm) of one job, into
+// fila_jobs and into a plain table with the same columns (no index,
+// constraint or trigger), and through runtime.Insert into fila_jobs, in
+// milliseconds as the producer measures them.
+type InsertCostResult struct {
+	Server   string `json:"server"`
+	Sessions int    `json:"sessions"` // sessions of each way
+	// PLpgSQLPreloaded says whether the server's shared_preload_libraries
+	// names plpgsql: else each session loads it at its first trigger.
+	PLpgSQLPreloaded bool    `json:"plpgsql_preloaded"`
+	PlainColdP50Ms   float64 `json:"plain_cold_p50_ms"`
+	PlainWarmP50Ms   float64 `json:"plain_warm_p50_ms"`
+	FilaColdP50Ms    float64 `json:"fila_cold_p50_ms"`
+	FilaWarmP50Ms    float64 `json:"fila_warm_p50_ms"`
+	InsertColdP50Ms  float64 `json:"insert_cold_p50_ms"`
+	InsertWarmP50Ms  float64 `json:"insert_warm_p50_ms"`
+}

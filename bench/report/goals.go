@@ -61,6 +61,10 @@ const (
 	// ExecOverXargs: `fila work --exec` drains `true` jobs at least this
 	// share of the speed of xargs -P running `sh -c true`.
 	ExecOverXargs = 0.6
+	// InsertColdOverPlain: a fresh session's first insert into fila_jobs
+	// costs at most this many times the same insert into a plain table
+	// with the same columns.
+	InsertColdOverPlain = 2.0
 )
 
 // Rates the goals are set at.
@@ -89,6 +93,7 @@ type GoalInput struct {
 	Soak       *bench.SoakResult
 	BigTable   *bench.BigTableResult
 	Exec       *bench.ExecResult
+	InsertCost []bench.InsertCostResult
 }
 
 // Goals judges every target on in.
@@ -105,7 +110,7 @@ func Goals(in GoalInput) []Goal {
 	gs = append(gs, drainVsPeers(in.Throughput), drainVsSQLFloor(in.Throughput))
 	gs = append(gs, soakGoals(in.Soak)...)
 	gs = append(gs, bigTableGoal(in.BigTable), idleGoal(in.Idle), idleQueuesGoal(in.Idle))
-	gs = append(gs, execGoal(in.Exec))
+	gs = append(gs, execGoal(in.Exec), insertColdGoal(in.InsertCost))
 	return gs
 }
 
@@ -441,4 +446,25 @@ func execGoal(x *bench.ExecResult) Goal {
 	}
 	return atLeast(target, x.FilaPerSec, ExecOverXargs*x.XargsPerSec, "%.0f jobs/s vs %.0f commands/s, %s; Fila's CPU beyond the command %.0f µs per attempt",
 		x.FilaPerSec, x.XargsPerSec, Ratio(x.FilaPerSec, x.XargsPerSec), x.FilaOverheadCPUUs)
+}
+
+// insertColdGoal judges a fresh session's first insert into fila_jobs
+// against a plain table's on the server as given (the first row); the
+// detail adds the other rows (a server that preloads PL/pgSQL).
+func insertColdGoal(rows []bench.InsertCostResult) Goal {
+	target := fmt.Sprintf("a fresh session's first insert into fila_jobs ≤ %.1f× a plain table's", InsertColdOverPlain)
+	if len(rows) == 0 || rows[0].PlainColdP50Ms <= 0 {
+		return notMeasured(target, "run the insert scenario")
+	}
+	var detail []string
+	for _, r := range rows {
+		preload := "PL/pgSQL loaded per session"
+		if r.PLpgSQLPreloaded {
+			preload = "PL/pgSQL preloaded"
+		}
+		detail = append(detail, fmt.Sprintf("%s (%s): %.2f ms vs %.2f ms, %s", r.Server, preload,
+			r.FilaColdP50Ms, r.PlainColdP50Ms, Ratio(r.FilaColdP50Ms, r.PlainColdP50Ms)))
+	}
+	r := rows[0]
+	return atMost(target, r.FilaColdP50Ms, InsertColdOverPlain*r.PlainColdP50Ms, "%s", strings.Join(detail, "; "))
 }

@@ -144,3 +144,25 @@ func TestFormatMargin(t *testing.T) {
 		require.Equal(t, want, report.FormatMargin(in), "%v", in)
 	}
 }
+
+// TestInsertColdGoal judges the server as given, whatever a preloading
+// server's row says, and names both rows.
+func TestInsertColdGoal(t *testing.T) {
+	t.Parallel()
+	const target = "a fresh session's first insert into fila_jobs ≤ 2.0× a plain table's"
+	given := bench.InsertCostResult{Server: "as given", PlainColdP50Ms: 5, FilaColdP50Ms: 11}
+	preloaded := bench.InsertCostResult{Server: "preloading", PLpgSQLPreloaded: true, PlainColdP50Ms: 5, FilaColdP50Ms: 9}
+
+	g := goalOf(t, report.Goals(report.GoalInput{InsertCost: []bench.InsertCostResult{given, preloaded}}), target)
+	require.Equal(t, report.GoalMissed, g.Status, "11 ms is more than 2× 5 ms")
+	require.InDelta(t, -0.1, *g.Margin, 1e-9)
+	require.Contains(t, g.Detail, "as given (PL/pgSQL loaded per session): 11.00 ms vs 5.00 ms, 2.20×")
+	require.Contains(t, g.Detail, "preloading (PL/pgSQL preloaded): 9.00 ms vs 5.00 ms, 1.80×")
+
+	given.FilaColdP50Ms = 10
+	g = goalOf(t, report.Goals(report.GoalInput{InsertCost: []bench.InsertCostResult{given}}), target)
+	require.Equal(t, report.GoalMet, g.Status, "exactly 2× is within")
+
+	g = goalOf(t, report.Goals(report.GoalInput{InsertCost: []bench.InsertCostResult{{Server: "as given"}}}), target)
+	require.Equal(t, report.GoalNotMeasured, g.Status, "a row with no plain figure measured nothing")
+}

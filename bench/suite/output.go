@@ -21,7 +21,7 @@ func WriteText(w io.Writer, r *Results) error {
 	fmt.Fprintf(&b, "server: %s\n", r.Server)
 	b.WriteString("Each scenario ran in a fresh database. On a shared 2-core machine these numbers are noisy: compare runs made back to back.\n")
 	sections := []func(*bytes.Buffer, *Results) error{latencySection, overheadSection, throughputSection, idleSection,
-		producersSection, bigTableSection, bulkSection, execSection, breakdownSection, soakSection, goalsSection}
+		producersSection, bigTableSection, bulkSection, execSection, insertCostSection, breakdownSection, soakSection, goalsSection}
 	for _, sec := range sections {
 		if err := sec(&b, r); err != nil {
 			return err
@@ -301,6 +301,33 @@ func execSection(b *bytes.Buffer, r *Results) error {
 			report.Ratio(x.FilaPerSec, x.XargsPerSec), num(x.FilaOverheadCPUUs), num(x.FilaCommandCPUUs)},
 		{fmt.Sprintf("xargs -P %d sh -c true, the floor", x.Concurrency), sec(x.XargsSec), num(x.XargsPerSec), "1.00×",
 			"", num(x.XargsCPUUs) + " (xargs and sh)"},
+	}
+	b.WriteString("\n")
+	return t.Write(b)
+}
+
+func insertCostSection(b *bytes.Buffer, r *Results) error {
+	if len(r.InsertCost) == 0 {
+		return nil
+	}
+	t := report.Table{
+		Title: fmt.Sprintf("One job's INSERT in a fresh session (cold) and the next (warm): median ms of %d sessions each",
+			r.InsertCost[0].Sessions),
+		Header:     []string{"server", "PL/pgSQL", "way", "cold", "vs plain", "warm", "vs plain"},
+		AlignRight: []bool{false, false, false, true, true, true, true},
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	for _, x := range r.InsertCost {
+		preload := "loaded per session"
+		if x.PLpgSQLPreloaded {
+			preload = "preloaded"
+		}
+		t.Rows = append(t.Rows,
+			[]string{x.Server, preload, "plain table, same columns (the floor)", f(x.PlainColdP50Ms), "1.00×", f(x.PlainWarmP50Ms), "1.00×"},
+			[]string{"", "", "fila_jobs, the same INSERT", f(x.FilaColdP50Ms), report.Ratio(x.FilaColdP50Ms, x.PlainColdP50Ms),
+				f(x.FilaWarmP50Ms), report.Ratio(x.FilaWarmP50Ms, x.PlainWarmP50Ms)},
+			[]string{"", "", "fila_jobs, runtime.Insert", f(x.InsertColdP50Ms), report.Ratio(x.InsertColdP50Ms, x.PlainColdP50Ms),
+				f(x.InsertWarmP50Ms), report.Ratio(x.InsertWarmP50Ms, x.PlainWarmP50Ms)})
 	}
 	b.WriteString("\n")
 	return t.Write(b)

@@ -28,6 +28,7 @@ const (
 	ScenarioBigTable  = "bigtable"
 	ScenarioBulk      = "bulk"
 	ScenarioExec      = "exec"
+	ScenarioInsert    = "insert"
 	ScenarioSoak      = "soak"
 	ScenarioBreakdown = "breakdown"
 	ScenarioFlows     = "flows"
@@ -35,7 +36,7 @@ const (
 
 // Scenarios lists every scenario in the order they run.
 var Scenarios = []string{ScenarioLatency, ScenarioFloor, ScenarioDrain, ScenarioSteady, ScenarioSQLFloor,
-	ScenarioIdle, ScenarioProducers, ScenarioBigTable, ScenarioBulk, ScenarioExec, ScenarioBreakdown, ScenarioFlows, ScenarioSoak}
+	ScenarioIdle, ScenarioProducers, ScenarioBigTable, ScenarioBulk, ScenarioExec, ScenarioInsert, ScenarioBreakdown, ScenarioFlows, ScenarioSoak}
 
 // DefaultScenarios are the scenarios run when none are named: all but the
 // soak, which runs for minutes on its own, and the flows, three drains of
@@ -79,6 +80,7 @@ var (
 	BigTableRateDefault      = 100
 	BulkJobsDefault          = 100000
 	ExecJobsDefault          = 1000
+	InsertSessionsDefault    = 40
 )
 
 // IdleQueuesDefault are the queue counts of the idle scenario's workers of
@@ -155,6 +157,9 @@ type Options struct {
 	// ExecJobs is how many jobs each round of the exec scenario runs.
 	// Defaults to ExecJobsDefault.
 	ExecJobs int
+	// InsertSessions is how many fresh sessions the insert scenario opens
+	// for each way of inserting. Defaults to InsertSessionsDefault.
+	InsertSessions int
 	// FilaBin is the fila binary the exec scenario runs `fila work --exec`
 	// with: `fila bench` sets its own. Without it the scenario is skipped.
 	FilaBin string
@@ -237,6 +242,9 @@ func (o Options) WithDefaults() Options {
 	if o.ExecJobs == 0 {
 		o.ExecJobs = ExecJobsDefault
 	}
+	if o.InsertSessions == 0 {
+		o.InsertSessions = InsertSessionsDefault
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -297,6 +305,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("bigtable rate %d out of range: allowed 1 to 100000 jobs/s", o.BigTableRate)
 	case o.BulkJobs < 1 || o.BulkJobs > 10000000:
 		return fmt.Errorf("bulk jobs %d out of range: allowed 1 to 10000000", o.BulkJobs)
+	case o.InsertSessions < 1 || o.InsertSessions > 10000:
+		return fmt.Errorf("insert sessions %d out of range: allowed 1 to 10000", o.InsertSessions)
 	}
 	return nil
 }
@@ -315,6 +325,9 @@ type Results struct {
 	BigTable   *bench.BigTableResult    `json:"bigtable,omitempty"`
 	Bulk       *bench.BulkResult        `json:"bulk,omitempty"`
 	Exec       *bench.ExecResult        `json:"exec,omitempty"`
+	// InsertCost is the insert scenario: the server as given, then a
+	// throwaway cluster that preloads PL/pgSQL when the given one does not.
+	InsertCost []bench.InsertCostResult `json:"insert_cost,omitempty"`
 	Soak       *bench.SoakResult        `json:"soak,omitempty"`
 	// Breakdown is where one pickup's time goes, for Fila and the floor.
 	Breakdown []bench.BreakdownResult `json:"breakdown,omitempty"`
@@ -329,7 +342,7 @@ type Results struct {
 
 // GoalInput is what the goals are judged on.
 func (r *Results) GoalInput() report.GoalInput {
-	return report.GoalInput{Latency: r.Latency, Throughput: r.Throughput, Idle: r.Idle, Soak: r.Soak, BigTable: r.BigTable, Exec: r.Exec}
+	return report.GoalInput{Latency: r.Latency, Throughput: r.Throughput, Idle: r.Idle, Soak: r.Soak, BigTable: r.BigTable, Exec: r.Exec, InsertCost: r.InsertCost}
 }
 
 func (r *Results) note(format string, args ...any) {
@@ -385,6 +398,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{ScenarioBigTable, s.bigTable},
 		{ScenarioBulk, s.bulk},
 		{ScenarioExec, s.exec},
+		{ScenarioInsert, s.insertCost},
 		{ScenarioBreakdown, s.breakdown},
 		{ScenarioFlows, s.flows},
 		{ScenarioSoak, s.soak},

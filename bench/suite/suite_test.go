@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -530,6 +531,39 @@ func TestExec(t *testing.T) {
 	require.NoError(t, suite.WriteText(&text, res))
 	require.Contains(t, text.String(), "xargs -P 32 sh -c true, the floor")
 	require.Regexp(t, `--exec true drains ≥ 0.6× the speed of xargs -P sh -c true at the same concurrency: (met|MISSED)`, text.String())
+}
+
+// TestInsertCost opens fresh sessions on the shared server, and on a
+// throwaway cluster that preloads PL/pgSQL when the shared one does not,
+// and times their first and second inserts.
+func TestInsertCost(t *testing.T) {
+	t.Parallel()
+	res := tinyWith(t, func(o *suite.Options) { o.InsertSessions = 3 }, suite.ScenarioInsert)
+	require.NotEmpty(t, res.InsertCost)
+	var libs string
+	conn, err := pgx.Connect(context.Background(), testdb.AdminURL())
+	require.NoError(t, err)
+	require.NoError(t, conn.QueryRow(context.Background(), "SHOW shared_preload_libraries").Scan(&libs))
+	require.NoError(t, conn.Close(context.Background()))
+	given := res.InsertCost[0]
+	require.Equal(t, "as given", given.Server)
+	require.Equal(t, strings.Contains(libs, "plpgsql"), given.PLpgSQLPreloaded)
+	if given.PLpgSQLPreloaded {
+		require.Len(t, res.InsertCost, 1, "a preloading server needs no second row")
+	} else {
+		require.Len(t, res.InsertCost, 2)
+		require.True(t, res.InsertCost[1].PLpgSQLPreloaded, "the throwaway cluster preloads PL/pgSQL")
+	}
+	for _, x := range res.InsertCost {
+		require.Equal(t, 3, x.Sessions)
+		for _, v := range []float64{x.PlainColdP50Ms, x.PlainWarmP50Ms, x.FilaColdP50Ms, x.FilaWarmP50Ms, x.InsertColdP50Ms, x.InsertWarmP50Ms} {
+			require.Positive(t, v, "%+v", x)
+		}
+	}
+	var text bytes.Buffer
+	require.NoError(t, suite.WriteText(&text, res))
+	require.Contains(t, text.String(), "plain table, same columns (the floor)")
+	require.Regexp(t, `a fresh session's first insert into fila_jobs ≤ 2.0× a plain table's: (met|MISSED)`, text.String())
 }
 
 // TestExecWithoutBinary: with no fila binary to run, the exec scenario
