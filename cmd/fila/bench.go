@@ -31,7 +31,7 @@ type benchFlags struct {
 	soakDuration, soakWindow, soakRetention time.Duration
 	soakRate                                int
 	bigCompleted, bigScheduled, bigRate     int
-	bulkJobs, execJobs                      int
+	bulkJobs, execJobs, insertSessions      int
 
 	peers    bool
 	peersDir string
@@ -62,6 +62,7 @@ func (f *benchFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&f.bigRate, "bigtable-rate", suite.BigTableRateDefault, "insert rate of the bigtable scenario's pickup runs, jobs/s")
 	fs.IntVar(&f.bulkJobs, "bulk-jobs", suite.BulkJobsDefault, "jobs of the bulk scenario's InsertMany and COPY")
 	fs.IntVar(&f.execJobs, "exec-jobs", suite.ExecJobsDefault, "jobs of each round of the exec scenario (fila work --exec against xargs -P)")
+	fs.IntVar(&f.insertSessions, "insert-sessions", suite.InsertSessionsDefault, "fresh sessions of each way of inserting in the insert scenario (a session's first insert and its second)")
 	fs.BoolVar(&f.peers, "peers", false, "after Fila's scenarios, run River, graphile-worker and pg-boss from the bench/peers module (go run; Node.js 20+ for the latter two) in this run, so the goals compare with the best of them")
 	fs.StringVar(&f.peersDir, "peers-dir", suite.PeersDirDefault, "the bench/peers module's directory, for --peers")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (workers and producers) to this file, for go tool pprof")
@@ -140,7 +141,8 @@ func (f *benchFlags) options() (suite.Options, error) {
 		Workers: f.workers, ClaimBatch: f.claimBatch, IdleDuration: f.idleDuration, ProducerDuration: f.prodDuration,
 		SoakDuration: f.soakDuration, SoakRate: f.soakRate, SoakWindow: f.soakWindow, SoakRetention: f.soakRetention,
 		BigTableCompleted: f.bigCompleted, BigTableScheduled: f.bigScheduled, BigTableRate: f.bigRate, BulkJobs: f.bulkJobs,
-		ExecJobs: f.execJobs,
+		ExecJobs:       f.execJobs,
+		InsertSessions: f.insertSessions,
 	}
 	// The exec scenario runs this very binary as its worker.
 	if self, err := os.Executable(); err == nil {
