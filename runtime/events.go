@@ -61,7 +61,7 @@ type Event struct {
 // Bounds of EventFilter.Buffer.
 const (
 	EventBufferDefault = 1000
-	EventBufferMax     = 1 << 20
+	EventBufferMax     = 100_000
 )
 
 // EventFilter selects the events a Subscription receives. Each empty list
