@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/fila-run/fila/internal/channel"
 )
 
 // EventKind says what an Event reports.
@@ -15,6 +17,9 @@ type EventKind string
 
 // Event kinds. The job events are sent once the outcome is durable: a
 // subscriber that reads the job's row on "completed" finds it completed.
+// An attempt whose lease was lost, whose outcome was refused as no longer
+// this worker's, or that a shutdown gave back gives none: its job runs
+// again, and the attempt that ends it gives the event.
 const (
 	EventCompleted EventKind = "completed" // the attempt succeeded (also when completed in the handler's transaction)
 	EventRetried   EventKind = "retried"   // the attempt failed; the job is pending again, due at RunAt
@@ -87,6 +92,16 @@ func (f EventFilter) validate() error {
 	for _, k := range f.Kinds {
 		if !slices.Contains(eventKinds, k) {
 			return fmt.Errorf("EventFilter.Kinds: unknown event kind %q: use one of %v", k, eventKinds)
+		}
+	}
+	for _, k := range f.JobKinds {
+		if err := ValidateKind(k); err != nil {
+			return fmt.Errorf("EventFilter.JobKinds: %w", err)
+		}
+	}
+	for _, q := range f.Queues {
+		if err := channel.ValidateQueue(q); err != nil {
+			return fmt.Errorf("EventFilter.Queues: %w", err)
 		}
 	}
 	if f.Buffer < 1 || f.Buffer > EventBufferMax {

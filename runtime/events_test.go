@@ -240,6 +240,10 @@ func TestSubscriptionsCloseOnCloseAndWhenRunReturns(t *testing.T) {
 
 	_, err = rt.Subscribe(runtime.EventFilter{Kinds: []runtime.EventKind{"finished"}})
 	require.ErrorContains(t, err, `unknown event kind "finished"`)
+	_, err = rt.Subscribe(runtime.EventFilter{Queues: []string{"no spaces"}})
+	require.ErrorContains(t, err, "EventFilter.Queues")
+	_, err = rt.Subscribe(runtime.EventFilter{JobKinds: []string{""}})
+	require.ErrorContains(t, err, "EventFilter.JobKinds: job kind is empty")
 	_, err = rt.Subscribe(runtime.EventFilter{Buffer: -1})
 	require.ErrorContains(t, err, "EventFilter.Buffer -1 out of range")
 
