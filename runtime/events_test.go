@@ -203,7 +203,8 @@ func TestEventsReportQueuePausedAndResumed(t *testing.T) {
 }
 
 // A subscriber that never reads holds up nothing: 200 jobs complete, and
-// the events beyond its buffer are counted as dropped.
+// the events beyond its buffer are counted as dropped. Another, reading,
+// finds each job's row completed on its event.
 func TestSlowSubscriberDoesNotHoldUpTheWorkers(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
@@ -220,7 +221,10 @@ func TestSlowSubscriberDoesNotHoldUpTheWorkers(t *testing.T) {
 	_, err := runtime.InsertMany(ctx, db.Pool, args)
 	require.NoError(t, err)
 	for range jobs {
-		filatest.WaitForEvent(t, reader, 30*time.Second, func(ev runtime.Event) bool { return ev.Kind == runtime.EventCompleted })
+		ev := filatest.WaitForEvent(t, reader, 30*time.Second, func(ev runtime.Event) bool { return ev.Kind == runtime.EventCompleted })
+		// Written in batches: each event comes after its batch's commit.
+		state, _, _ := jobState(t, db, ev.Job.ID)
+		require.Equal(t, "completed", state, "job %d read on its event", ev.Job.ID)
 	}
 	require.Equal(t, jobs, countState(t, db, "completed"))
 	require.Len(t, stuck.Events(), 10)
