@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fila-run/fila/filatest"
 	"github.com/fila-run/fila/runtime"
@@ -203,13 +206,16 @@ func TestEventsReportQueuePausedAndResumed(t *testing.T) {
 }
 
 // A subscriber that never reads holds up nothing: 200 jobs complete, and
-// the events beyond its buffer are counted as dropped. Another, reading,
+// the events beyond its buffer are counted as dropped, with one warning
+// for the burst. Another, reading,
 // finds each job's row completed on its event.
 func TestSlowSubscriberDoesNotHoldUpTheWorkers(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(ctx context.Context, j *runtime.Job) error { return nil }})
+	core, logs := observer.New(zapcore.WarnLevel)
+	cfg.Logger = zap.New(zapcore.NewTee(cfg.Logger.Core(), core))
 	rt := start(t, cfg)
 	stuck := filatest.Subscribe(t, rt, runtime.EventFilter{Buffer: 10})
 	reader := filatest.Subscribe(t, rt, runtime.EventFilter{Buffer: runtime.EventBufferMax})
@@ -230,6 +236,8 @@ func TestSlowSubscriberDoesNotHoldUpTheWorkers(t *testing.T) {
 	require.Len(t, stuck.Events(), 10)
 	require.EqualValues(t, jobs-10, stuck.Dropped())
 	require.Zero(t, reader.Dropped())
+	// One burst of drops, never ended by a read: one warning.
+	require.Equal(t, 1, logs.FilterMessageSnippet("buffer is full").Len())
 }
 
 // Close closes the subscription's channel, once however often it is
