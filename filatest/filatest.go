@@ -7,7 +7,9 @@
 //     (RequireNotInsertedTx, the opposite; InsertedTx, every one);
 //   - Worker runs one job's handler synchronously inside the test's
 //     transaction, as a worker would, and returns its outcome and the job's
-//     row as the runtime left it.
+//     row as the runtime left it;
+//   - Subscribe and WaitForEvent let a test that runs a real runtime wait
+//     for a job's (or a queue's) event instead of polling its row.
 //
 // NewDB connects to TEST_DATABASE_URL (default
 // postgres://postgres@127.0.0.1:5432/postgres) as a user that may create

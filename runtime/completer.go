@@ -86,6 +86,7 @@ type attempt struct {
 	finishing bool
 	snoozed   bool          // its outcome is a snooze
 	ran       time.Duration // how long the handler ran, once it returned
+	err       error         // what the handler's failed attempt returned, for its event
 }
 
 // seenDelay is how long after its claim an attempt whose handler still runs
@@ -177,7 +178,7 @@ func (c *completer) finish(job *Job, res result) {
 		c.finishUnwritten(job, res, key, at) // unlocks c.mu
 		return
 	}
-	at.finishing, at.ran = true, res.took
+	at.finishing, at.ran, at.err = true, res.took, res.err
 	c.unwatchLocked(at)
 	if !at.seen {
 		// The outcome says the attempt ran: only the lease needs keeping
@@ -241,6 +242,10 @@ func (c *completer) finishUnwritten(job *Job, res result, key claimer.AttemptKey
 		c.rt.completed.Add(1)
 		c.rt.completedSinceRetention.Add(1)
 		obs.Finished(job, OutcomeCompleted, res.took)
+		if c.rt.events.active() {
+			// Committed by the handler's own transaction before it returned.
+			c.rt.events.publish(Event{Kind: EventCompleted, Queue: job.Queue, Job: job, Ran: res.took, At: time.Now()})
+		}
 	case resultLeaseLost:
 		c.dropLocked(key)
 		if c.stopping && at.expired {
@@ -257,6 +262,11 @@ func (c *completer) finishUnwritten(job *Job, res result, key claimer.AttemptKey
 		c.mu.Unlock()
 		c.rt.cancelled.Add(1)
 		obs.Finished(job, OutcomeCancelled, res.took)
+		if c.rt.events.active() {
+			// The cancellation was committed before a heartbeat found it.
+			c.rt.events.publish(Event{Kind: EventCancelled, Queue: job.Queue, Job: job, Error: errText(res.err),
+				Ran: res.took, At: time.Now()})
+		}
 		c.logFinish(job, res, zap.InfoLevel, "job cancelled while it ran; the handler was stopped")
 	case resultInterrupted:
 		at.finishing, at.ran = true, res.took
@@ -310,6 +320,14 @@ func (c *completer) written(fin []claimer.Finished) {
 	}
 	c.mu.Unlock()
 	obs := c.rt.cfg.Observer
+	// The batch is committed: its events may go out. Nothing is built when
+	// no one subscribed.
+	var evs []Event
+	var now time.Time
+	emit := c.rt.events.active()
+	if emit {
+		evs, now = make([]Event, 0, len(fin)), time.Now()
+	}
 	for i, f := range fin {
 		at := ats[i]
 		if at != nil {
@@ -318,6 +336,11 @@ func (c *completer) written(fin []claimer.Finished) {
 				outcome = OutcomeSnoozed
 			}
 			obs.Finished(at.job, outcome, at.ran)
+			if emit {
+				if ev, ok := outcomeEvent(at, f, outcome, now); ok {
+					evs = append(evs, ev)
+				}
+			}
 		}
 		switch f.State {
 		case StateCompleted:
@@ -345,6 +368,38 @@ func (c *completer) written(fin []claimer.Finished) {
 				zap.Int64("job_id", f.Key.ID), zap.Int("attempt", f.Key.Attempt))
 		}
 	}
+	if len(evs) > 0 {
+		c.rt.events.publish(evs...)
+	}
+}
+
+// outcomeEvent is the event of an attempt whose outcome was written as f;
+// none for an outcome refused as no longer this worker's.
+func outcomeEvent(at *attempt, f claimer.Finished, outcome Outcome, now time.Time) (Event, bool) {
+	ev := Event{Queue: at.job.Queue, Job: at.job, Ran: at.ran, At: now}
+	switch outcome {
+	case OutcomeCompleted:
+		ev.Kind = EventCompleted
+	case OutcomeRetried:
+		ev.Kind, ev.Error, ev.RunAt = EventRetried, errText(at.err), now.Add(f.DueIn)
+	case OutcomeSnoozed:
+		ev.Kind, ev.RunAt = EventSnoozed, now.Add(f.DueIn)
+	case OutcomeDead:
+		ev.Kind, ev.Error = EventDead, errText(at.err)
+	case OutcomeCancelled:
+		ev.Kind, ev.Error = EventCancelled, errText(at.err)
+	default:
+		return Event{}, false
+	}
+	return ev, true
+}
+
+// errText is err's text, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // outcomeOf maps the state fila_finish reports to an Outcome.

@@ -283,6 +283,18 @@ type Config struct {
 	// every slot of its schedule. Any number of workers may declare the same
 	// task; exactly one job is enqueued per slot. Defaults to none.
 	Recurring []RecurringTask
+	// ErrorHandler, if set, is told of every failed attempt, with the
+	// panic's value and stack for a handler that panicked, and may make the
+	// job dead at once (see ErrorHandler). Defaults to none.
+	ErrorHandler ErrorHandler
+	// StuckAfter, if set, is how long an attempt's handler may run before
+	// it counts as stuck: the runtime then logs a warning and calls
+	// StuckJobHandler, once per attempt. The handler is not stopped. Not
+	// negative. Defaults to 0: no attempt counts as stuck.
+	StuckAfter time.Duration
+	// StuckJobHandler, if set, is called once for each attempt whose
+	// handler has run StuckAfter; it requires StuckAfter. Defaults to none.
+	StuckJobHandler StuckJobHandler
 	// Observer, if set, is told of every wake-up, claim and outcome (see
 	// package metrics). Defaults to none.
 	Observer Observer
@@ -482,6 +494,12 @@ func (c Config) Validate() error {
 	}
 	if c.HardStopGrace < 0 {
 		return fmt.Errorf("HardStopGrace %s is negative: allowed above 0", c.HardStopGrace)
+	}
+	if c.StuckAfter < 0 {
+		return fmt.Errorf("StuckAfter %s is negative: allowed 0 (never stuck) or above", c.StuckAfter)
+	}
+	if c.StuckJobHandler != nil && c.StuckAfter == 0 {
+		return errors.New("StuckJobHandler is set but StuckAfter is 0: set how long a handler may run before it counts as stuck")
 	}
 	return nil
 }

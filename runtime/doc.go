@@ -13,6 +13,12 @@
 // stable key for external effects, and CompleteTx completes a job inside the
 // handler's own transaction when the effect lives in the same database.
 //
+// A program learns what its workers did from Runtime.Subscribe, a bounded
+// channel of events sent once each outcome is written (completed, retried,
+// dead, cancelled, snoozed, queue paused or resumed); Config.ErrorHandler
+// is told of each failed attempt, a panic's value and stack included, and
+// Config.StuckJobHandler of each attempt that runs past Config.StuckAfter.
+//
 // The package shares its name with the standard library's runtime; import the
 // standard one as goruntime where both are needed.
 package runtime

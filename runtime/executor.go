@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"strings"
 	"time"
 )
@@ -36,11 +35,21 @@ type result struct {
 // stops a handler whose lease was lost or whose job was cancelled.
 func (r *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, job *Job) {
 	start := time.Now()
+	var stuck *time.Timer
+	if r.cfg.StuckAfter > 0 {
+		stuck = r.watchStuck(ctx, job, start)
+	}
 	err := r.runHandler(ctx, job)
+	if stuck != nil {
+		stuck.Stop()
+	}
 	cause := context.Cause(ctx)
 	cancel(nil)
 	res := r.mapResult(job, err, cause)
 	res.took = time.Since(start)
+	if res.kind == resultFailed && r.cfg.ErrorHandler != nil {
+		r.handleFailure(ctx, job, &res)
+	}
 	r.completer.finish(job, res)
 }
 
@@ -160,12 +169,4 @@ func recovering(h Handler) Handler {
 		}()
 		return h(ctx, job)
 	}
-}
-
-// panicError is the error a recovered panic becomes: its value and the
-// stack of the goroutine that panicked.
-func panicError(p any) error {
-	buf := make([]byte, 4096)
-	buf = buf[:goruntime.Stack(buf, false)]
-	return fmt.Errorf("handler panicked: %v\n%s", p, buf)
 }

@@ -96,6 +96,7 @@ type Runtime struct {
 	total     *semaphore.Weighted // MaxConcurrency across queues; nil without
 	completer *completer
 	registry  *registry
+	events    *eventHub // Subscribe's subscriptions
 
 	started      atomic.Bool
 	opened       atomic.Bool // open succeeded: pools, store and source are set
@@ -131,7 +132,7 @@ func New(cfg Config) (*Runtime, error) {
 		cfg: cfg, log: cfg.Logger.Named("runtime"), kinds: map[string]Kind{},
 		ready: make(chan struct{}), done: make(chan struct{}), claimingDone: make(chan struct{}),
 		rollup: newRollup(), claimTimeout: claimTimeoutDefault, lastCtx: context.Background(),
-		readOnly: newReadOnlyGuard(cfg.Logger.Named("runtime")),
+		readOnly: newReadOnlyGuard(cfg.Logger.Named("runtime")), events: newEventHub(cfg.Logger.Named("runtime")),
 	}
 	r.cfg.Observer = observers{r.rollup, cfg.Observer}
 	for _, k := range cfg.Kinds {
@@ -279,6 +280,9 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		return ErrClosed
 	}
 	defer close(r.done)
+	// Last before Done: every outcome that will be written was, and its
+	// event sent.
+	defer r.events.close()
 	claimCtx, stopClaiming := context.WithCancel(ctx)
 	workCtx, cancelWorkCause := context.WithCancelCause(context.WithoutCancel(ctx))
 	cancelWork := func(cause error) {

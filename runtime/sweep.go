@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"slices"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -23,6 +24,9 @@ type sweeper struct {
 	poller *fallbackpoll.Poller
 	queues []string
 	log    *zap.Logger
+	// paused is each queue's pause as the last sweep found it, for the
+	// queue events; only the sweeper's goroutine uses it.
+	paused map[string]bool
 }
 
 func newSweeper(rt *Runtime) (*sweeper, error) {
@@ -31,7 +35,7 @@ func newSweeper(rt *Runtime) (*sweeper, error) {
 		return nil, err
 	}
 	return &sweeper{rt: rt, poller: poller, queues: slices.Compact(slices.Sorted(slices.Values(rt.cfg.Queues))),
-		log: rt.log.Named("sweep")}, nil
+		log: rt.log.Named("sweep"), paused: map[string]bool{}}, nil
 }
 
 // run sweeps at every wake of its poller until ctx ends.
@@ -61,6 +65,7 @@ func (s *sweeper) sweep(ctx context.Context) {
 	}
 	found := 0
 	for _, q := range res.Queues {
+		s.notePause(q.Queue, q.Paused)
 		p := rt.producer(q.Queue)
 		if p == nil || q.Paused {
 			continue
@@ -84,4 +89,21 @@ func (s *sweeper) sweep(ctx context.Context) {
 		}
 	}
 	s.poller.Claimed(found)
+}
+
+// notePause sends a queue event when queue's pause changed since the last
+// sweep (or the first sweep finds it paused).
+func (s *sweeper) notePause(queue string, paused bool) {
+	if s.paused[queue] == paused {
+		return
+	}
+	s.paused[queue] = paused
+	if !s.rt.events.active() {
+		return
+	}
+	kind := EventQueueResumed
+	if paused {
+		kind = EventQueuePaused
+	}
+	s.rt.events.publish(Event{Kind: kind, Queue: queue, At: time.Now()})
 }

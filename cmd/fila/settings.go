@@ -218,12 +218,15 @@ var settings = []setting{
 
 // goOnly are the runtime.Config fields no setting reaches, with the reason.
 var goOnly = map[string]string{
-	"Pool":          "a pool is a Go value: fila opens its own from dsn",
-	"Kinds.Handler": "a Go function: exec's COMMAND runs in its place",
-	"Kinds.Backoff": "a Go function: exec's kinds back off by retry_base and retry_max",
-	"Middleware":    "Go functions around handlers",
-	"Observer":      "a Go value: metrics_addr attaches fila's own",
-	"Logger":        "a Go value: --log-level and --log-format shape fila's own",
+	"Pool":            "a pool is a Go value: fila opens its own from dsn",
+	"Kinds.Handler":   "a Go function: exec's COMMAND runs in its place",
+	"Kinds.Backoff":   "a Go function: exec's kinds back off by retry_base and retry_max",
+	"Middleware":      "Go functions around handlers",
+	"Observer":        "a Go value: metrics_addr attaches fila's own",
+	"Logger":          "a Go value: --log-level and --log-format shape fila's own",
+	"ErrorHandler":    "a Go value: fila work logs each failed attempt itself",
+	"StuckJobHandler": "a Go function",
+	"StuckAfter":      "it goes with StuckJobHandler, a Go function; fila work has no setting for it yet",
 }
 
 // lookupSetting returns the setting of a key.
