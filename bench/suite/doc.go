@@ -39,9 +39,10 @@
 //     and the table's size.
 //
 // The goals (report.Goals) are judged on the figures of one run only. With
-// Options.PeersDir the bench/peers module runs River after Fila's
-// scenarios, on the same server, and its rows join the results; without
-// it, every comparison with River is "not measured".
+// Options.PeersDir the bench/peers module runs River, graphile-worker and
+// pg-boss on the same server, each latency rate right after Fila's rows of
+// that rate and the drains right after Fila's, and its rows join the
+// results; without it, every comparison with a peer is "not measured".
 //
 // It is a package of its own rather than part of package bench because
 // bench/report, which it uses for tables, percentiles and charts, imports

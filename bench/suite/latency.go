@@ -82,7 +82,8 @@ func started(ctx context.Context, rt *runtime.Runtime) (stop func() error, err e
 }
 
 // latency runs the pickup-latency scenario (and the floor, when selected),
-// rate by rate, so the floor and the modes it bounds run close together.
+// rate by rate, so the floor, the modes it bounds and the peers (when they
+// run) are measured close together.
 func (s *suite) latency(ctx context.Context) error {
 	var modes []string
 	if s.opts.has(ScenarioLatency) {
@@ -112,6 +113,15 @@ func (s *suite) latency(ctx context.Context) error {
 				continue
 			}
 			s.res.Latency = append(s.res.Latency, res)
+		}
+		if s.opts.has(ScenarioLatency) {
+			// The peers at this rate now, beside Fila's rows of it.
+			if err := s.runPeers(ctx, ScenarioLatency, rate); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				s.res.note("peers: latency at %d/s: failed: %v", rate, err)
+			}
 		}
 	}
 	return nil

@@ -355,6 +355,9 @@ type suite struct {
 	srv  *server
 	log  *zap.Logger
 	res  *Results
+	// peerBin is the bench/peers binary when peers run (Options.PeersDir),
+	// built from peerDir.
+	peerBin, peerDir string
 }
 
 // Run runs the selected scenarios, each in a fresh database, and returns what
@@ -384,6 +387,22 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		res.note("machine: %v", err)
 	}
 	s := &suite{opts: opts, srv: srv, log: opts.Logger, res: res}
+	if opts.PeersDir != "" {
+		bin, dir, remove, err := s.buildPeers(ctx)
+		switch {
+		case err == nil:
+			s.peerBin, s.peerDir = bin, dir
+			defer remove()
+			res.Peers = "not measured: bench/peers measured nothing"
+		case ctx.Err() != nil:
+			return res, ctx.Err()
+		default:
+			res.Peers = "not measured: " + err.Error()
+			if !errors.As(err, new(peersUnavailable)) {
+				res.note("peers: failed: %v", err)
+			}
+		}
+	}
 
 	steps := []struct {
 		name string
@@ -424,19 +443,6 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
-	}
-	if opts.PeersDir != "" {
-		// After Fila's scenarios, never beside them: neither competes with
-		// the other for the machine.
-		if err := s.peers(ctx); err != nil {
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			res.Peers = "not measured: " + err.Error()
-			if !errors.As(err, new(peersUnavailable)) {
-				res.note("peers: failed: %v", err)
-			}
-		}
 	}
 	res.Goals = report.Goals(res.GoalInput())
 	return res, nil

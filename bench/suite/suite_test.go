@@ -347,7 +347,7 @@ func TestGoalsWithoutAndWithPeers(t *testing.T) {
 
 	// The same run with the peers measured in it: each goal compares with
 	// the best of them.
-	res.Peers = "river, graphile-worker, pg-boss, run by bench/peers after Fila's scenarios"
+	res.Peers = "river, graphile-worker, pg-boss, run by bench/peers rate by rate right after Fila's rows"
 	res.Latency = append(res.Latency,
 		bench.LatencyResult{System: "river", Mode: "default", RatePerSec: 100, Count: 400, P50Ms: 50, P99Ms: 100},
 		bench.LatencyResult{System: "river", Mode: "tuned-10ms", RatePerSec: 100, Count: 400, P50Ms: 4.8, P99Ms: 7.2},
@@ -378,6 +378,72 @@ func TestGoalsWithoutAndWithPeers(t *testing.T) {
 	require.NotEmpty(t, back.Goals)
 	require.Equal(t, report.GoalMissed, back.Goals[1].Status, back.Goals[1].Target)
 	require.NotNil(t, back.Goals[1].Margin)
+}
+
+// fakePeers is a bench/peers stand-in: it appends its --scenarios and
+// --rates to calls.log beside it and writes one row per rate (latency) or
+// one drain row, as bench/peers' JSON has them.
+const fakePeers = `package main
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	scenarios := flag.String("scenarios", "", "")
+	rates := flag.String("rates", "", "")
+	out := flag.String("json", "", "")
+	flag.String("systems", "", "")
+	flag.String("duration", "", "")
+	flag.String("min-samples", "", "")
+	flag.String("drain-jobs", "", "")
+	flag.String("dsn", "", "")
+	flag.Bool("with-fila", true, "")
+	flag.Parse()
+	log, _ := os.OpenFile("calls.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	log.WriteString(*scenarios + " " + *rates + "\n")
+	log.Close()
+	res := map[string][]map[string]any{"latency": {}, "throughput": {}}
+	if *scenarios == "latency" {
+		for _, r := range strings.Split(*rates, ",") {
+			n, _ := strconv.Atoi(r)
+			res["latency"] = append(res["latency"], map[string]any{"system": "river", "mode": "tuned", "rate_per_sec": n, "count": 10, "p50_ms": 1.0})
+		}
+	} else {
+		res["throughput"] = append(res["throughput"], map[string]any{"system": "river", "mode": "drain", "jobs": 10, "jobs_per_sec": 100.0})
+	}
+	b, _ := json.Marshal(res)
+	os.WriteFile(*out, b, 0o644)
+}
+`
+
+// TestPeersInterleaved: the peers' rows of each rate are taken right
+// after Fila's rows of that rate, and their drain right after Fila's, not
+// all of them after every Fila scenario.
+func TestPeersInterleaved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module fakepeers\n\ngo 1.26\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(fakePeers), 0o644))
+	res := tinyWith(t, func(o *suite.Options) {
+		o.PeersDir = dir
+		o.Rates = []int{40, 60}
+		o.Modes = []string{suite.ModeNotify}
+	}, suite.ScenarioLatency, suite.ScenarioDrain)
+	calls, err := os.ReadFile(filepath.Join(dir, "calls.log"))
+	require.NoError(t, err)
+	require.Equal(t, "latency 40\nlatency 60\ndrain \n", string(calls), "one call per rate, then the drain")
+	require.Contains(t, res.Peers, "rate by rate right after Fila's rows")
+	var systems []string
+	for _, r := range res.Latency {
+		systems = append(systems, fmt.Sprintf("%s@%d", r.System, r.RatePerSec))
+	}
+	require.Equal(t, []string{"fila@40", "river@40", "fila@60", "river@60"}, systems, "rows in the order they were taken")
+	require.Equal(t, "river", res.Throughput[len(res.Throughput)-1].System, "the peers' drain after Fila's")
 }
 
 func TestPeersMissing(t *testing.T) {

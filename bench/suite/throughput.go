@@ -101,6 +101,13 @@ func (s *suite) drain(ctx context.Context) error {
 		s.res.note("drain with a typed handler (runtime.Work, each payload decoded into a struct): %.0f jobs/s, %.2f× the untyped drain's %.0f in this run",
 			t.JobsPerSec, t.JobsPerSec/d.JobsPerSec, d.JobsPerSec)
 	}
+	// The peers' drains now, right after Fila's.
+	if err := s.runPeers(ctx, ScenarioDrain, 0); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.res.note("peers: drain: failed: %v", err)
+	}
 	return nil
 }
 

@@ -63,7 +63,7 @@ func (f *benchFlags) add(fs *flag.FlagSet) {
 	fs.IntVar(&f.bulkJobs, "bulk-jobs", suite.BulkJobsDefault, "jobs of the bulk scenario's InsertMany and COPY")
 	fs.IntVar(&f.execJobs, "exec-jobs", suite.ExecJobsDefault, "jobs of each round of the exec scenario (fila work --exec against xargs -P)")
 	fs.IntVar(&f.insertSessions, "insert-sessions", suite.InsertSessionsDefault, "fresh sessions of each way of inserting in the insert scenario (a session's first insert and its second)")
-	fs.BoolVar(&f.peers, "peers", false, "after Fila's scenarios, run River, graphile-worker and pg-boss from the bench/peers module (go run; Node.js 20+ for the latter two) in this run, so the goals compare with the best of them")
+	fs.BoolVar(&f.peers, "peers", false, "also run River, graphile-worker and pg-boss from the bench/peers module (built with go build; Node.js 20+ for the latter two) in this run, each rate right after Fila's rows of it and the drains after Fila's, so the goals compare with the best of them")
 	fs.StringVar(&f.peersDir, "peers-dir", suite.PeersDirDefault, "the bench/peers module's directory, for --peers")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (workers and producers) to this file, for go tool pprof")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file at its end, for go tool pprof (-sample_index=alloc_space or alloc_objects)")
