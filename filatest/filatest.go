@@ -4,7 +4,8 @@
 //   - NewDB gives a test a migrated database of its own, dropped at its end;
 //   - RequireInsertedTx asserts that your code enqueued a job of a type, in
 //     the transaction the test gave it, and returns the job's args decoded
-//     (RequireNotInsertedTx, the opposite; InsertedTx, every one);
+//     (RequireNotInsertedTx, the opposite; InsertedTx, every one;
+//     RequireManyInsertedTx, a sequence of jobs of several kinds);
 //   - Worker runs one job's handler synchronously inside the test's
 //     transaction, as a worker would, and returns its outcome and the job's
 //     row as the runtime left it;
@@ -25,6 +26,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,11 +47,29 @@ type DB struct {
 	Pool *pgxpool.Pool
 }
 
+// DBOption configures NewDB.
+type DBOption func(*dbOptions)
+
+type dbOptions struct{ prefix string }
+
+// Prefix names the database prefix_ and random hex instead of fila_test_…:
+// lower-case letters, digits and _, starting with a letter, up to 50.
+// Several applications' tests on one server can then tell their databases
+// apart (and clean up after a crash by name).
+func Prefix(prefix string) DBOption { return func(o *dbOptions) { o.prefix = prefix } }
+
 // NewDB creates a database with Fila's tables for t alone, and drops it
 // when t ends.
-func NewDB(t testing.TB) *DB {
+func NewDB(t testing.TB, opts ...DBOption) *DB {
 	t.Helper()
-	db := testdb.New(t)
+	o := dbOptions{prefix: "fila_test"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := testdb.CheckPrefix(o.prefix); err != nil {
+		t.Fatalf("filatest: %v", err)
+	}
+	db := testdb.NewNamed(t, o.prefix)
 	if _, err := migrations.Migrate(context.Background(), db.Pool); err != nil {
 		t.Fatalf("filatest: migrate %s: %v", db.Name, err)
 	}
@@ -86,6 +106,9 @@ type RequireOpts struct {
 	Tags []string
 	// Metadata must each be in the job's metadata, with the same JSON value.
 	Metadata map[string]any
+	// ScheduledAt is when the job is due (its run_at), to the microsecond
+	// PostgreSQL keeps.
+	ScheduledAt time.Time
 }
 
 // insertedSQL lists the jobs of one kind, oldest first.
@@ -142,6 +165,65 @@ func RequireInsertedTx[T runtime.JobArgs](ctx context.Context, t testing.TB, tx 
 	return Job[T]{}
 }
 
+// Expected is one job RequireManyInsertedTx expects: of Args' kind (Args
+// serves only for its Kind), matching Opts (nil: the kind alone).
+type Expected struct {
+	Args runtime.JobArgs
+	Opts *RequireOpts
+}
+
+// manyInsertedSQL lists the jobs of some kinds, oldest first.
+const manyInsertedSQL = `SELECT id FROM fila_jobs WHERE kind = ANY($1::text[]) ORDER BY id`
+
+// RequireManyInsertedTx fails t unless the jobs tx sees of the kinds
+// expected names are exactly expected, in the order they were inserted,
+// each matching its Opts; it returns their rows in that order. A job of
+// another kind is not looked at.
+func RequireManyInsertedTx(ctx context.Context, t testing.TB, tx runtime.DB, expected []Expected) []*runtime.JobRow {
+	t.Helper()
+	if len(expected) == 0 {
+		t.Fatalf("filatest: RequireManyInsertedTx: no job expected (use RequireNotInsertedTx)")
+	}
+	var kinds []string
+	for i, e := range expected {
+		if e.Args == nil {
+			t.Fatalf("filatest: RequireManyInsertedTx: expected job %d has no Args", i)
+		}
+		if !slices.Contains(kinds, e.Args.Kind()) {
+			kinds = append(kinds, e.Args.Kind())
+		}
+	}
+	rows, err := tx.Query(ctx, manyInsertedSQL, kinds)
+	if err != nil {
+		t.Fatalf("filatest: jobs of kinds %v: %v", kinds, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatalf("filatest: jobs of kinds %v: %v", kinds, err)
+	}
+	jobs := make([]*runtime.JobRow, len(ids))
+	got := make([]string, len(ids))
+	for i, id := range ids {
+		if jobs[i], err = runtime.GetJob(ctx, tx, id); err != nil {
+			t.Fatalf("filatest: %v", err)
+		}
+		got[i] = jobs[i].Kind
+	}
+	want := make([]string, len(expected))
+	for i, e := range expected {
+		want[i] = e.Args.Kind()
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("filatest: jobs inserted, in order: kinds %v, not %v", got, want)
+	}
+	for i, e := range expected {
+		if why := mismatch(jobs[i], e.Opts); why != "" {
+			t.Fatalf("filatest: job %d (the %d. expected, kind %q): %s", jobs[i].ID, i+1, want[i], why)
+		}
+	}
+	return jobs
+}
+
 // RequireNotInsertedTx fails t if tx sees any job of T's kind.
 func RequireNotInsertedTx[T runtime.JobArgs](ctx context.Context, t testing.TB, tx runtime.DB) {
 	t.Helper()
@@ -165,6 +247,8 @@ func mismatch(j *runtime.JobRow, o *RequireOpts) string {
 		return fmt.Sprintf("max attempts %d, not %d", j.MaxAttempts, o.MaxAttempts)
 	case o.State != "" && j.State != o.State:
 		return fmt.Sprintf("state %s, not %s", j.State, o.State)
+	case !o.ScheduledAt.IsZero() && !j.RunAt.Equal(o.ScheduledAt.Round(time.Microsecond)):
+		return fmt.Sprintf("scheduled at %s, not %s", j.RunAt.Format(time.RFC3339Nano), o.ScheduledAt.Format(time.RFC3339Nano))
 	}
 	for _, tag := range o.Tags {
 		if !slices.Contains(j.Tags, tag) {
@@ -223,10 +307,20 @@ func (w *Worker) WorkTx(ctx context.Context, t testing.TB, tx pgx.Tx, args runti
 	return w.WorkJobTx(ctx, t, tx, res.ID)
 }
 
+// dueNowSQL makes a pending job due at the transaction's now(): inside
+// one transaction now() stands still, so a job retried or snoozed in it
+// (or inserted with a later RunAt) would never come due there.
+const dueNowSQL = `UPDATE fila_jobs SET run_at = now() WHERE id = $1::bigint AND state = 'pending' AND run_at > now()`
+
 // WorkJobTx runs one attempt of the job id, already in tx (inserted by the
-// code under test, say), as WorkTx does.
+// code under test, say), as WorkTx does. A pending job not due yet — one
+// an earlier WorkJobTx retried or snoozed, or one scheduled later — is
+// run now, as a test that asks for it means.
 func (w *Worker) WorkJobTx(ctx context.Context, t testing.TB, tx pgx.Tx, id int64) runtime.WorkResult {
 	t.Helper()
+	if _, err := tx.Exec(ctx, dueNowSQL, id); err != nil {
+		t.Fatalf("filatest: make job %d due: %v", id, err)
+	}
 	res, err := runtime.WorkTx(ctx, tx, w.kind, w.middleware, id)
 	if err != nil {
 		t.Fatalf("filatest: %v", err)

@@ -171,10 +171,22 @@ func TestWorkerRunsOneAttemptInTheTransaction(t *testing.T) {
 	require.NoError(t, self.Err)
 	require.Equal(t, "completed", self.Job.State)
 
-	// A job that is not due, of another kind or unknown is refused, naming why.
+	// The retried and the snoozed job run again when the test asks: inside
+	// the transaction now() stands still, and they are made due at it.
+	again := w.WorkJobTx(ctx, t, tx, flaky.Job.ID)
+	require.Equal(t, runtime.OutcomeRetried, again.Outcome)
+	require.Equal(t, 2, again.Job.Attempts)
+	require.Equal(t, 2, seen[len(seen)-1].Attempt)
+	woke := w.WorkJobTx(ctx, t, tx, later.Job.ID)
+	require.Equal(t, runtime.OutcomeSnoozed, woke.Outcome, "its handler ran again")
+	// So does a job scheduled later.
 	res, err := runtime.InsertArgsTx(ctx, tx, invoice{Customer: "ok"}, &runtime.InsertOpts{RunAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
-	require.Contains(t, fails(t, func(tb testing.TB) { w.WorkJobTx(ctx, tb, tx, res.ID) }), "not pending and due now")
+	require.Equal(t, runtime.OutcomeCompleted, w.WorkJobTx(ctx, t, tx, res.ID).Outcome)
+
+	// A finished job, one of another kind or an unknown one is refused,
+	// naming why.
+	require.Contains(t, fails(t, func(tb testing.TB) { w.WorkJobTx(ctx, tb, tx, res.ID) }), "it is completed, not pending and due now")
 	res, err = runtime.InsertArgsTx(ctx, tx, other{}, nil)
 	require.NoError(t, err)
 	require.Contains(t, fails(t, func(tb testing.TB) { w.WorkJobTx(ctx, tb, tx, res.ID) }), `it is of kind "other", not "invoice"`)
@@ -196,3 +208,61 @@ func withTx(ctx context.Context, tx runtime.DB) context.Context {
 }
 
 func ctxTx(ctx context.Context) runtime.DB { return ctx.Value(txKey{}).(runtime.DB) }
+
+func TestNewDBWithAPrefix(t *testing.T) {
+	t.Parallel()
+	db := filatest.NewDB(t, filatest.Prefix("billing_app"))
+	require.True(t, strings.HasPrefix(db.Name, "billing_app_"), db.Name)
+	var name string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&name))
+	require.Equal(t, db.Name, name)
+	require.Contains(t, fails(t, func(tb testing.TB) { filatest.NewDB(tb, filatest.Prefix("Billing-App")) }),
+		`database name prefix "Billing-App": only lower-case letters, digits and _ (a letter first), not 'B'`)
+	require.Contains(t, fails(t, func(tb testing.TB) { filatest.NewDB(tb, filatest.Prefix(strings.Repeat("a", 51))) }),
+		"give 1 to 50 characters")
+}
+
+func TestRequireManyInsertedTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := filatest.NewDB(t)
+	tx := db.Tx(t)
+	at := time.Now().Add(time.Hour).Truncate(time.Second)
+	for _, a := range []runtime.JobArgs{invoice{Customer: "a"}, other{}, invoice{Customer: "b"}} {
+		var opts *runtime.InsertOpts
+		if a.Kind() == "other" {
+			opts = &runtime.InsertOpts{RunAt: at, Priority: 2}
+		}
+		_, err := runtime.InsertArgsTx(ctx, tx, a, opts)
+		require.NoError(t, err)
+	}
+
+	rows := filatest.RequireManyInsertedTx(ctx, t, tx, []filatest.Expected{
+		{Args: invoice{}, Opts: &filatest.RequireOpts{Queue: "billing"}},
+		{Args: other{}, Opts: &filatest.RequireOpts{Priority: 2, ScheduledAt: at}},
+		{Args: invoice{}},
+	})
+	require.Len(t, rows, 3)
+	require.JSONEq(t, `{"customer": "b", "cents": 0}`, string(rows[2].Payload))
+
+	require.Contains(t, fails(t, func(tb testing.TB) {
+		filatest.RequireManyInsertedTx(ctx, tb, tx, []filatest.Expected{{Args: other{}}, {Args: invoice{}}, {Args: invoice{}}})
+	}), "kinds [invoice other invoice], not [other invoice invoice]")
+	require.Contains(t, fails(t, func(tb testing.TB) {
+		filatest.RequireManyInsertedTx(ctx, tb, tx, []filatest.Expected{{Args: invoice{}}})
+	}), "kinds [invoice invoice], not [invoice]", "an expected kind's extra job is not ignored")
+	// Jobs of kinds not expected are not looked at.
+	filatest.RequireManyInsertedTx(ctx, t, tx, []filatest.Expected{{Args: invoice{}}, {Args: invoice{}}})
+	require.Contains(t, fails(t, func(tb testing.TB) {
+		filatest.RequireManyInsertedTx(ctx, tb, tx, []filatest.Expected{
+			{Args: invoice{}}, {Args: other{}, Opts: &filatest.RequireOpts{ScheduledAt: at.Add(time.Second)}}, {Args: invoice{}},
+		})
+	}), "(the 2. expected, kind \"other\"): scheduled at")
+	require.Contains(t, fails(t, func(tb testing.TB) { filatest.RequireManyInsertedTx(ctx, tb, tx, nil) }), "no job expected")
+
+	// ScheduledAt in RequireInsertedTx too.
+	filatest.RequireInsertedTx[other](ctx, t, tx, &filatest.RequireOpts{ScheduledAt: at})
+	require.Contains(t, fails(t, func(tb testing.TB) {
+		filatest.RequireInsertedTx[other](ctx, tb, tx, &filatest.RequireOpts{ScheduledAt: at.Add(-time.Minute)})
+	}), "scheduled at")
+}

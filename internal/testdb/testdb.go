@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -72,6 +73,25 @@ func admin(t testing.TB) *pgxpool.Pool {
 	return adminPool
 }
 
+// maxPrefix keeps a prefixed name (prefix, "_" and 12 hex digits) within
+// PostgreSQL's 63 bytes.
+const maxPrefix = 50
+
+// CheckPrefix refuses a database name prefix that is not lower-case
+// letters, digits and underscores starting with a letter, or is too long.
+func CheckPrefix(prefix string) error {
+	if prefix == "" || len(prefix) > maxPrefix {
+		return fmt.Errorf("database name prefix %q: give 1 to %d characters", prefix, maxPrefix)
+	}
+	for i, c := range prefix {
+		ok := c >= 'a' && c <= 'z' || c == '_' || (i > 0 && c >= '0' && c <= '9')
+		if !ok {
+			return fmt.Errorf("database name prefix %q: only lower-case letters, digits and _ (a letter first), not %q", prefix, c)
+		}
+	}
+	return nil
+}
+
 // WithDatabase returns dsn with its database name replaced.
 func WithDatabase(t testing.TB, dsn, name string) string {
 	u, err := url.Parse(dsn)
@@ -86,11 +106,21 @@ func WithDatabase(t testing.TB, dsn, name string) string {
 // the test ends.
 func New(t testing.TB) *DB {
 	t.Helper()
+	return NewNamed(t, "fila_test")
+}
+
+// NewNamed is New with the database named prefix_ and random hex: tests of
+// one application can tell their databases apart from another's.
+func NewNamed(t testing.TB, prefix string) *DB {
+	t.Helper()
+	if err := CheckPrefix(prefix); err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := "fila_test_" + hex.EncodeToString(b[:])
+	name := prefix + "_" + hex.EncodeToString(b[:])
 	ap := admin(t)
 	if _, err := ap.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
 		t.Fatalf("testdb: create database: %v", err)
