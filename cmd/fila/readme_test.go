@@ -369,13 +369,14 @@ func runConfig(t *testing.T, ctx context.Context, code string, env []string) {
 // them, by the name it uses them by.
 var goPackages = map[string]string{
 	"context": "context", "errors": "errors", "fmt": "fmt", "http": "net/http", "json": "encoding/json",
-	"log": "log", "os": "os", "time": "time",
+	"log": "log", "os": "os", "time": "time", "slog": "log/slog",
 	"pgx":        "github.com/jackc/pgx/v5",
 	"pgxpool":    "github.com/jackc/pgx/v5/pgxpool",
 	"prometheus": "github.com/prometheus/client_golang/prometheus",
 	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",
 	"runtime":    "github.com/fila-run/fila/runtime",
 	"metrics":    "github.com/fila-run/fila/runtime/metrics",
+	"slogfila":   "github.com/fila-run/fila/runtime/slogfila",
 	"migrations": "github.com/fila-run/fila/migrations",
 }
 
