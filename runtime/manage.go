@@ -85,6 +85,39 @@ type JobFilter struct {
 	// allowed 1 to ListLimitMax) and the jobs RetryWhere, CancelWhere and
 	// DeleteWhere change, oldest first (defaults to every match).
 	Limit int
+
+	// The fields below are read by ListJobs and ListJobsPage only; the
+	// Where functions refuse them (they select by State, Kind and Queue).
+
+	// States, Kinds and Queues select jobs in any of several states (each
+	// one of ListStates), kinds and queues. Each is combined with its
+	// single form above: State "dead" with States ["cancelled"] selects
+	// both.
+	States []string
+	Kinds  []string
+	Queues []string
+	// TagsAny selects the jobs with at least one of these tags; TagsAll
+	// (and Tag, which joins it) the jobs with every one of them.
+	TagsAny []string
+	TagsAll []string
+	// Payload selects the jobs whose payload contains this JSON (jsonb
+	// containment, payload @> Payload): `{"user": 7}` matches every
+	// payload whose user is 7, whatever else it holds. Invalid JSON is an
+	// error.
+	Payload string
+	// OrderBy is what the listing is sorted by: OrderID (the default),
+	// OrderRunAt, OrderCreatedAt or OrderPriority, each with the id after
+	// it so that the order is total. Ascending sorts from the lowest
+	// first; the default is the highest first (the newest, for ids).
+	OrderBy   string
+	Ascending bool
+	// Cursor continues a listing after the page that ListJobsPage
+	// returned it with: the same filter, ordering and Limit, with Cursor
+	// set to JobPage.Next. It is the position of that page's last job, so
+	// jobs inserted or changed meanwhile shift no page: every job that was
+	// there before is listed once. A cursor of another ordering is an
+	// error; BeforeID and Cursor are not given together.
+	Cursor string
 }
 
 // JobRow is one row of fila_jobs, as an operator reads it.
@@ -232,27 +265,6 @@ const (
 	boundedColumns = `id, queue, kind, state, priority, run_at, attempts, max_attempts,
        CASE WHEN state = 'running' THEN lease_until END,
        left(coalesce(last_error, ''), 4000), created_at, started_at, finished_at, coalesce(worker, ''), now(), tags`
-
-	// %s is the state condition (see stateCondition). Which index serves a
-	// listing depends on the state asked for: pending rows come from
-	// fila_jobs_pending_idx or fila_jobs_scheduled_idx, running ones from
-	// fila_jobs_lease_idx, dead ones from fila_jobs_dead_idx, cancelled
-	// ones from fila_jobs_cancelled_idx, all partial indexes on their
-	// state. Completed rows, and a listing of every state, walk the primary
-	// key backwards: the newest rows come first, and most rows qualify. No
-	// index leads with kind or queue across states: a filter on them alone
-	// that few rows match reads the whole table, so give a state along with
-	// them where the table is large.
-	listJobsSQL = `SELECT ` + boundedColumns + `
-FROM fila_jobs
-WHERE %s
-  AND ($1::text IS NULL OR kind = $1::text)
-  AND ($2::text IS NULL OR queue = $2::text)
-  AND ($3::bigint IS NULL OR id < $3::bigint)
-  AND ($5::text IS NULL OR tags @> ARRAY[$5::text])
-  AND ($6::text IS NULL OR metadata @> $6::text::jsonb)
-ORDER BY %s
-LIMIT $4::int`
 
 	getJobSQL = `SELECT ` + manageColumns + `, payload::text, errors::text, metadata::text, output::text
 FROM fila_jobs
@@ -488,20 +500,6 @@ func stateCondition(state, alias string) string {
 	return fmt.Sprintf(cond, alias)
 }
 
-// listOrder is a listing's ORDER BY. Running, dead and cancelled jobs are
-// few beside the history, and so are scheduled and retrying ones beside
-// it: their listing reads the state's partial index and sorts what it
-// finds (ordering by id + 0, which no index provides, so the planner does
-// not walk the primary key backwards instead, past every other row, to
-// reach a page of them).
-func listOrder(state string) string {
-	switch state {
-	case StateRunning, StateDead, StateCancelled, StateScheduled, StateRetrying:
-		return "id + 0 DESC"
-	}
-	return "id DESC"
-}
-
 func checkJobState(state string) error {
 	if slices.Contains(ListStates(), state) {
 		return nil
@@ -512,6 +510,9 @@ func checkJobState(state string) error {
 // filterArgs are the parameters $1 to $3 of a filtered statement; NULL
 // selects everything.
 func filterArgs(f JobFilter) (kind, queue *string, beforeID *int64, err error) {
+	if name := listOnly(f); name != "" {
+		return nil, nil, nil, fmt.Errorf("JobFilter.%s is read by ListJobs only: select the jobs to change by State, Kind, Queue and BeforeID", name)
+	}
 	if f.Kind != "" {
 		kind = &f.Kind
 	}
@@ -528,55 +529,6 @@ func filterArgs(f JobFilter) (kind, queue *string, beforeID *int64, err error) {
 		beforeID = &f.BeforeID
 	}
 	return kind, queue, beforeID, nil
-}
-
-// ListJobs returns the jobs f selects, newest (highest id) first, at most
-// f.Limit of them. Payload and Errors are left empty: GetJob reads them.
-func ListJobs(ctx context.Context, db DB, f JobFilter) ([]JobRow, error) {
-	if f.State != "" {
-		if err := checkJobState(f.State); err != nil {
-			return nil, fmt.Errorf("list jobs: %w", err)
-		}
-	}
-	limit := f.Limit
-	switch {
-	case limit == 0:
-		limit = ListLimitDefault
-	case limit < 1 || limit > ListLimitMax:
-		return nil, fmt.Errorf("list jobs: Limit %d out of range: allowed 1 to %d", f.Limit, ListLimitMax)
-	}
-	kind, queue, before, err := filterArgs(f)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	var tag, meta *string
-	if f.Tag != "" {
-		tag = &f.Tag
-	}
-	if f.Metadata != nil {
-		b, err := json.Marshal(f.Metadata)
-		if err != nil {
-			return nil, fmt.Errorf("list jobs: Metadata: %w", err)
-		}
-		m := string(b)
-		meta = &m
-	}
-	rows, err := db.Query(ctx, fmt.Sprintf(listJobsSQL, stateCondition(f.State, ""), listOrder(f.State)), kind, queue, before, limit, tag, meta)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobRow, error) {
-		var j JobRow
-		err := row.Scan(jobRowFields(&j)...)
-		return j, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	if jobs == nil {
-		jobs = []JobRow{}
-	}
-	return jobs, nil
 }
 
 // GetJob returns one job with its payload and error history. An id no job
