@@ -28,7 +28,7 @@ type jobsCommand struct {
 var jobsCommands = []jobsCommand{
 	{"list", "[--state S] [--kind K] [--queue Q] [--limit N] [--before ID]", "list jobs, newest first", runJobsList},
 	{"show", "ID [--payload]", "show one job: payload, attempts, times and every attempt's error; --payload prints the payload alone, whole", runJobsShow},
-	{"retry", "ID… | --state dead|cancelled [--kind K] [--queue Q]", "put dead or cancelled jobs back to pending, due now, attempts reset", runJobsRetry},
+	{"retry", "ID… | --state dead|cancelled|completed|scheduled [--kind K] [--queue Q]", "run jobs that are not running again, due now: dead, cancelled and completed ones with attempts reset, scheduled ones made due now", runJobsRetry},
 	{"cancel", "ID… | --state waiting|pending|running|scheduled|retrying [--kind K] [--queue Q]", "cancel waiting, pending or running jobs (a running one is stopped within a heartbeat)", runJobsCancel},
 	{"delete", "ID… | --state dead|cancelled|waiting|pending|scheduled|retrying [--kind K] [--queue Q]", "delete jobs that are not running", runJobsDelete},
 	{"limits", "[--max-payload-bytes N] [--max-payload-depth N]", "show, or set, the largest and deepest payload the table accepts", runJobsLimits},
@@ -379,7 +379,7 @@ func printJob(w io.Writer, j *runtime.JobPreview) {
 
 func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs retry", flag.ContinueOnError)
-	state := fs.String("state", "", "instead of ids: retry every job in this state, dead or cancelled")
+	state := fs.String("state", "", "instead of ids: retry every job in this state: "+strings.Join(runtime.RetryStates(), ", "))
 	kind := fs.String("kind", "", "with --state: only jobs of this kind")
 	queue := fs.String("queue", "", "with --state: only jobs of this queue")
 	asJSON := fs.Bool("json", false, "print what was retried and skipped as JSON")
@@ -390,9 +390,9 @@ func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 	if *state == "" {
 		switch {
 		case *kind != "" || *queue != "":
-			return g.usageError("--kind and --queue select among --state dead or cancelled jobs: add --state")
+			return g.usageError("--kind and --queue select among --state %s jobs: add --state", strings.Join(runtime.RetryStates(), "|"))
 		case len(pos) == 0:
-			return g.usageError("give job ids, or --state dead|cancelled")
+			return g.usageError("give job ids, or --state %s", strings.Join(runtime.RetryStates(), "|"))
 		}
 		return changeByID(ctx, g, pos, *asJSON, "retried", runtime.Retry)
 	}
@@ -400,7 +400,7 @@ func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 		return g.usageError("give job ids or --state, not both")
 	}
 	if !slices.Contains(runtime.RetryStates(), *state) {
-		return fmt.Errorf("--state %q: only dead or cancelled jobs can be retried", *state)
+		return fmt.Errorf("--state %q: only %s jobs can be retried by state", *state, strings.Join(runtime.RetryStates(), ", "))
 	}
 	return changeWhere(ctx, g, runtime.JobFilter{State: *state, Kind: *kind, Queue: *queue}, *asJSON, "retry", "retried", runtime.RetryWhere)
 }

@@ -140,11 +140,11 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 	pending := seedState(t, db, "mail", "pending")
 	completed := seedState(t, db, "mail", "completed")
 
-	out, errOut, code := fila(t, db, "jobs", "retry", fmt.Sprint(dead), fmt.Sprint(running), fmt.Sprint(completed))
+	out, errOut, code := fila(t, db, "jobs", "retry", fmt.Sprint(dead), fmt.Sprint(running), fmt.Sprint(pending))
 	require.Equal(t, 1, code, "a job left alone fails the command")
 	require.Equal(t, fmt.Sprintf("job %d: retried (was dead)\n", dead), out, "one line per job done")
 	require.Equal(t, fmt.Sprintf("fila jobs retry: job %d is running: cancel it first, or let it finish\n"+
-		"fila jobs retry: job %d is completed: a completed job is not run again (enqueue a new one)\n", running, completed), errOut,
+		"fila jobs retry: job %d is already pending, and due\n", running, pending), errOut,
 		"one line per job left alone")
 	require.Equal(t, "pending", state(dead))
 	require.Equal(t, "running", state(running))
@@ -218,7 +218,7 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 		{[]string{"jobs", "retry"}, exitUsage, "give job ids, or --state dead|cancelled"},
 		{[]string{"jobs", "retry", "1", "--state", "dead"}, exitUsage, "give job ids or --state, not both"},
 		{[]string{"jobs", "retry", "--kind", "mail"}, exitUsage, "add --state"},
-		{[]string{"jobs", "retry", "--state", "running"}, 1, `--state "running": only dead or cancelled jobs can be retried`},
+		{[]string{"jobs", "retry", "--state", "running"}, 1, `--state "running": only dead, cancelled, completed, scheduled jobs can be retried by state`},
 		{[]string{"jobs", "retry", "0"}, 1, `"0" is not a job id`},
 		{[]string{"jobs", "cancel"}, exitUsage, "give job ids, or --state waiting|pending|running|scheduled|retrying"},
 		{[]string{"jobs", "cancel", "1", "--state", "pending"}, exitUsage, "give job ids or --state, not both"},
