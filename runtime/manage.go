@@ -85,6 +85,39 @@ type JobFilter struct {
 	// allowed 1 to ListLimitMax) and the jobs RetryWhere, CancelWhere and
 	// DeleteWhere change, oldest first (defaults to every match).
 	Limit int
+
+	// The fields below are read by ListJobs and ListJobsPage only; the
+	// Where functions refuse them (they select by State, Kind and Queue).
+
+	// States, Kinds and Queues select jobs in any of several states (each
+	// one of ListStates), kinds and queues. Each is combined with its
+	// single form above: State "dead" with States ["cancelled"] selects
+	// both.
+	States []string
+	Kinds  []string
+	Queues []string
+	// TagsAny selects the jobs with at least one of these tags; TagsAll
+	// (and Tag, which joins it) the jobs with every one of them.
+	TagsAny []string
+	TagsAll []string
+	// Payload selects the jobs whose payload contains this JSON (jsonb
+	// containment, payload @> Payload): `{"user": 7}` matches every
+	// payload whose user is 7, whatever else it holds. Invalid JSON is an
+	// error.
+	Payload string
+	// OrderBy is what the listing is sorted by: OrderID (the default),
+	// OrderRunAt, OrderCreatedAt or OrderPriority, each with the id after
+	// it so that the order is total. Ascending sorts from the lowest
+	// first; the default is the highest first (the newest, for ids).
+	OrderBy   string
+	Ascending bool
+	// Cursor continues a listing after the page that ListJobsPage
+	// returned it with: the same filter, ordering and Limit, with Cursor
+	// set to JobPage.Next. It is the position of that page's last job, so
+	// jobs inserted or changed meanwhile shift no page: every job that was
+	// there before is listed once. A cursor of another ordering is an
+	// error; BeforeID and Cursor are not given together.
+	Cursor string
 }
 
 // JobRow is one row of fila_jobs, as an operator reads it.
@@ -233,27 +266,6 @@ const (
        CASE WHEN state = 'running' THEN lease_until END,
        left(coalesce(last_error, ''), 4000), created_at, started_at, finished_at, coalesce(worker, ''), now(), tags`
 
-	// %s is the state condition (see stateCondition). Which index serves a
-	// listing depends on the state asked for: pending rows come from
-	// fila_jobs_pending_idx or fila_jobs_scheduled_idx, running ones from
-	// fila_jobs_lease_idx, dead ones from fila_jobs_dead_idx, cancelled
-	// ones from fila_jobs_cancelled_idx, all partial indexes on their
-	// state. Completed rows, and a listing of every state, walk the primary
-	// key backwards: the newest rows come first, and most rows qualify. No
-	// index leads with kind or queue across states: a filter on them alone
-	// that few rows match reads the whole table, so give a state along with
-	// them where the table is large.
-	listJobsSQL = `SELECT ` + boundedColumns + `
-FROM fila_jobs
-WHERE %s
-  AND ($1::text IS NULL OR kind = $1::text)
-  AND ($2::text IS NULL OR queue = $2::text)
-  AND ($3::bigint IS NULL OR id < $3::bigint)
-  AND ($5::text IS NULL OR tags @> ARRAY[$5::text])
-  AND ($6::text IS NULL OR metadata @> $6::text::jsonb)
-ORDER BY %s
-LIMIT $4::int`
-
 	getJobSQL = `SELECT ` + manageColumns + `, payload::text, errors::text, metadata::text, output::text
 FROM fila_jobs
 WHERE id = $1::bigint`
@@ -296,9 +308,18 @@ WHERE j.id = $1::bigint`
 	// A job cancelled while it ran still has the lease of its cancelled
 	// attempt (see cancelSQL): until the lease ends, the worker may not have
 	// stopped that attempt yet, so the retried job is due only then. Every
-	// other job is due now.
-	retrySet = `state = 'pending', run_at = greatest(now(), j.lease_until), attempts = 0,
+	// other job is due now. A finished job (dead, cancelled, completed)
+	// starts its attempts again from 0; a pending job due later is only
+	// made due now, its attempts kept: it has not finished.
+	retrySet = `state = 'pending',
+        run_at = CASE WHEN j.state = 'pending' THEN now() ELSE greatest(now(), j.lease_until) END,
+        attempts = CASE WHEN j.state = 'pending' THEN j.attempts ELSE 0 END,
         lease_until = NULL, finished_at = NULL`
+
+	// retryable is which rows a retry moves, on alias j: every finished
+	// job, and a pending one due later. A running job is its worker's; a
+	// waiting one waits for its flow, and one due now is already due.
+	retryable = `(j.state IN ('dead', 'cancelled', 'completed') OR (j.state = 'pending' AND j.run_at > now()))`
 
 	// A retry skips every job whose unique key another job holds: put back
 	// to pending, it would break fila_jobs_unique_idx, and the whole
@@ -310,8 +331,18 @@ WHERE j.id = $1::bigint`
 	// are skipped behind it. Each retry statement is a picked CTE of the
 	// jobs it may move (pickedColumns, locked), then retryCTEs, then its
 	// report.
-	pickedColumns = `j.id, j.kind, j.unique_key,
-           j.unique_key IS NOT NULL AND 'pending' = ANY (coalesce(j.unique_states, '{pending,running}'::text[])) AS keyed`
+	//
+	// A completed job of a sequence or a batch is not retried (flow says
+	// which): the job after it in its sequence was let go when it
+	// completed, and may be running, so running it again would break the
+	// sequence's one at a time; a batch counted it, and may have enqueued
+	// its callback. A pending job keeps its place in the unique index, and
+	// so needs no key of its own looked up.
+	pickedColumns = `j.id, j.kind, j.unique_key, j.state AS from_state,
+           j.unique_key IS NOT NULL AND j.state <> 'pending'
+               AND 'pending' = ANY (coalesce(j.unique_states, '{pending,running}'::text[])) AS keyed,
+           CASE WHEN j.state = 'completed' AND j.sequence_key IS NOT NULL THEN 'sequence ' || j.sequence_key
+                WHEN j.state = 'completed' AND j.batch_id IS NOT NULL THEN 'batch ' || j.batch_id END AS flow`
 
 	retryCTEs = `, held AS (
     SELECT p.id, h.id AS holder, h.state AS holder_state
@@ -339,7 +370,7 @@ WHERE j.id = $1::bigint`
     UPDATE fila_jobs j
     SET ` + retrySet + `
     FROM picked p
-    WHERE j.id = p.id AND j.state IN ('dead', 'cancelled')
+    WHERE j.id = p.id AND ` + retryable + ` AND p.flow IS NULL
       AND p.id NOT IN (SELECT id FROM blocked)
     RETURNING j.id, j.run_at
 )`
@@ -351,24 +382,25 @@ WHERE j.id = $1::bigint`
 ), picked AS (
     SELECT ` + pickedColumns + `
     FROM fila_jobs j
-    WHERE j.id IN (SELECT id FROM want) AND j.state IN ('dead', 'cancelled')
+    WHERE j.id IN (SELECT id FROM want) AND ` + retryable + `
     FOR UPDATE
 )` + retryCTEs + `
-SELECT w.id, j.state, c.id IS NOT NULL, CASE WHEN c.run_at > now() THEN c.run_at END,
-       j.unique_key, b.holder, b.holder_state
+SELECT w.id, coalesce(p.from_state, j.state), c.id IS NOT NULL, CASE WHEN c.run_at > now() THEN c.run_at END,
+       j.unique_key, b.holder, b.holder_state, p.flow
 FROM want w
 LEFT JOIN fila_jobs j ON j.id = w.id
+LEFT JOIN picked p ON p.id = w.id
 LEFT JOIN changed c ON c.id = w.id
 LEFT JOIN blocked b ON b.id = w.id
 ORDER BY w.id`
 
-	// %s is the state condition; only "dead" or "cancelled". Rows: (id,
-	// changed, due later at, unique key, holder, holder's state) of every
-	// picked job.
+	// %s is the state condition; one of RetryStates. Rows: (id, state
+	// before, changed, due later at, unique key, holder, holder's state,
+	// flow) of every picked job, as retryRows reads them.
 	retryWhereSQL = `WITH picked AS (
     SELECT ` + pickedColumns + `
     FROM fila_jobs j
-    WHERE %s
+    WHERE %s AND ` + retryable + `
       AND ($1::text IS NULL OR j.kind = $1::text)
       AND ($2::text IS NULL OR j.queue = $2::text)
       AND ($3::bigint IS NULL OR j.id < $3::bigint)
@@ -376,8 +408,8 @@ ORDER BY w.id`
     LIMIT $4::bigint
     FOR UPDATE
 )` + retryCTEs + `
-SELECT p.id, c.id IS NOT NULL, CASE WHEN c.run_at > now() THEN c.run_at END,
-       p.unique_key, b.holder, b.holder_state
+SELECT p.id, p.from_state, c.id IS NOT NULL, CASE WHEN c.run_at > now() THEN c.run_at END,
+       p.unique_key, b.holder, b.holder_state, p.flow
 FROM picked p
 LEFT JOIN changed c ON c.id = p.id
 LEFT JOIN blocked b ON b.id = p.id
@@ -488,20 +520,6 @@ func stateCondition(state, alias string) string {
 	return fmt.Sprintf(cond, alias)
 }
 
-// listOrder is a listing's ORDER BY. Running, dead and cancelled jobs are
-// few beside the history, and so are scheduled and retrying ones beside
-// it: their listing reads the state's partial index and sorts what it
-// finds (ordering by id + 0, which no index provides, so the planner does
-// not walk the primary key backwards instead, past every other row, to
-// reach a page of them).
-func listOrder(state string) string {
-	switch state {
-	case StateRunning, StateDead, StateCancelled, StateScheduled, StateRetrying:
-		return "id + 0 DESC"
-	}
-	return "id DESC"
-}
-
 func checkJobState(state string) error {
 	if slices.Contains(ListStates(), state) {
 		return nil
@@ -512,6 +530,9 @@ func checkJobState(state string) error {
 // filterArgs are the parameters $1 to $3 of a filtered statement; NULL
 // selects everything.
 func filterArgs(f JobFilter) (kind, queue *string, beforeID *int64, err error) {
+	if name := listOnly(f); name != "" {
+		return nil, nil, nil, fmt.Errorf("JobFilter.%s is read by ListJobs only: select the jobs to change by State, Kind, Queue and BeforeID", name)
+	}
 	if f.Kind != "" {
 		kind = &f.Kind
 	}
@@ -528,55 +549,6 @@ func filterArgs(f JobFilter) (kind, queue *string, beforeID *int64, err error) {
 		beforeID = &f.BeforeID
 	}
 	return kind, queue, beforeID, nil
-}
-
-// ListJobs returns the jobs f selects, newest (highest id) first, at most
-// f.Limit of them. Payload and Errors are left empty: GetJob reads them.
-func ListJobs(ctx context.Context, db DB, f JobFilter) ([]JobRow, error) {
-	if f.State != "" {
-		if err := checkJobState(f.State); err != nil {
-			return nil, fmt.Errorf("list jobs: %w", err)
-		}
-	}
-	limit := f.Limit
-	switch {
-	case limit == 0:
-		limit = ListLimitDefault
-	case limit < 1 || limit > ListLimitMax:
-		return nil, fmt.Errorf("list jobs: Limit %d out of range: allowed 1 to %d", f.Limit, ListLimitMax)
-	}
-	kind, queue, before, err := filterArgs(f)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	var tag, meta *string
-	if f.Tag != "" {
-		tag = &f.Tag
-	}
-	if f.Metadata != nil {
-		b, err := json.Marshal(f.Metadata)
-		if err != nil {
-			return nil, fmt.Errorf("list jobs: Metadata: %w", err)
-		}
-		m := string(b)
-		meta = &m
-	}
-	rows, err := db.Query(ctx, fmt.Sprintf(listJobsSQL, stateCondition(f.State, ""), listOrder(f.State)), kind, queue, before, limit, tag, meta)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobRow, error) {
-		var j JobRow
-		err := row.Scan(jobRowFields(&j)...)
-		return j, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	if jobs == nil {
-		jobs = []JobRow{}
-	}
-	return jobs, nil
 }
 
 // GetJob returns one job with its payload and error history. An id no job
@@ -748,21 +720,27 @@ func rawOrNil(s *string) json.RawMessage {
 	return json.RawMessage(*s)
 }
 
-// Retry puts dead and cancelled jobs back to pending, due now, with their
-// attempts reset to 0; their last_error and error history stay. Workers of
-// the job's queue are woken at once. A job cancelled while it ran is due
-// when that attempt's lease ends instead (JobChange.RunsAt), so it never
-// runs beside an attempt its worker has not stopped yet. Running jobs are
-// refused (cancel them first), and so are completed ones: their effect
-// happened, and running it again is a new job's business (enqueue one).
-// Pending jobs are left as they are. A job whose unique key another job
-// holds (see InsertOpts.UniqueKey) is refused naming the key and that job
-// (JobSkip.HeldBy), and the others are retried all the same.
+// Retry puts jobs that are not running back to pending, due now, as
+// River's JobRetry does: dead, cancelled and completed jobs with their
+// attempts reset to 0 (their last_error and error history stay), and
+// pending jobs due later (scheduled, or waiting out a retry backoff) made
+// due now, their attempts kept. Workers of the job's queue are woken at
+// once. A job cancelled while it ran is due when that attempt's lease ends
+// instead (JobChange.RunsAt), so it never runs beside an attempt its worker
+// has not stopped yet. Left alone, each with its reason in Skipped: running
+// jobs (cancel them first), pending jobs already due, waiting jobs (their
+// flow lets them go), a completed job of a sequence or a batch (the
+// sequence has gone on past it, the batch counted it: enqueue a new job),
+// and a job whose unique key another job holds (see InsertOpts.UniqueKey),
+// naming the key and that job (JobSkip.HeldBy).
 func Retry(ctx context.Context, db DB, ids ...int64) (ChangeResult, error) {
-	var res ChangeResult
+	res := ChangeResult{Changed: []JobChange{}, Skipped: []JobSkip{}}
+	if len(ids) == 0 {
+		return res, nil
+	}
 	err := againOnConflict(ctx, db, func(q DB) error {
 		var err error
-		res, err = changeJobs(ctx, q, retrySQL, ids, retrySkipReason)
+		res, err = retryRows(ctx, q, retrySQL, ids)
 		return err
 	})
 	if err != nil {
@@ -772,14 +750,53 @@ func Retry(ctx context.Context, db DB, ids ...int64) (ChangeResult, error) {
 	return res, nil
 }
 
+// retryRows runs retrySQL or retryWhereSQL, whose rows are (id, state
+// before, changed, due later at, unique key, holder, holder's state, flow
+// that kept it), and sorts its ids into changed and skipped.
+func retryRows(ctx context.Context, db DB, sql string, args ...any) (ChangeResult, error) {
+	res := ChangeResult{Changed: []JobChange{}, Skipped: []JobSkip{}}
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return res, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id                      int64
+			state, key, holderState *string
+			flow                    *string
+			changed                 bool
+			runsAt                  *time.Time
+			holder                  *int64
+		)
+		if err := rows.Scan(&id, &state, &changed, &runsAt, &key, &holder, &holderState, &flow); err != nil {
+			return res, err
+		}
+		switch {
+		case changed && state != nil:
+			res.Changed = append(res.Changed, JobChange{ID: id, From: *state, RunsAt: runsAt})
+		case state == nil:
+			res.Skipped = append(res.Skipped, JobSkip{ID: id, Reason: fmt.Sprintf("job %d does not exist", id)})
+		case flow != nil:
+			res.Skipped = append(res.Skipped, JobSkip{ID: id, State: *state,
+				Reason: fmt.Sprintf("job %d is a completed job of %s, which went on past it: it is not run again (enqueue a new job)", id, *flow)})
+		case holder != nil && key != nil && holderState != nil:
+			res.Skipped = append(res.Skipped, heldSkip(id, *state, *key, *holder, *holderState))
+		default:
+			res.Skipped = append(res.Skipped, JobSkip{ID: id, State: *state, Reason: retrySkipReason(id, *state)})
+		}
+	}
+	return res, rows.Err()
+}
+
 func retrySkipReason(id int64, state string) string {
 	switch state {
 	case StateRunning:
 		return fmt.Sprintf("job %d is running: cancel it first, or let it finish", id)
 	case StatePending:
-		return fmt.Sprintf("job %d is already pending", id)
-	case StateCompleted:
-		return fmt.Sprintf("job %d is completed: a completed job is not run again (enqueue a new one)", id)
+		return fmt.Sprintf("job %d is already pending, and due", id)
+	case StateWaiting:
+		return fmt.Sprintf("job %d is waiting for its dependencies or the job before it in its sequence: it runs when they let it (fila jobs show says which)", id)
 	}
 	return fmt.Sprintf("job %d was %s but changed meanwhile; look at it again", id, state)
 }
@@ -792,7 +809,7 @@ func heldSkip(id int64, state, key string, holder int64, holderState string) Job
 }
 
 // noteHolders rewrites the reason of a job refused behind another job of
-// the same retry: that job was dead or cancelled when the retry read it,
+// the same retry: that job was not pending when the retry read it,
 // and is pending now.
 func (r *ChangeResult) noteHolders() {
 	if len(r.Skipped) == 0 {
@@ -832,11 +849,12 @@ func againOnConflict(ctx context.Context, db DB, run func(DB) error) error {
 	return fmt.Errorf("jobs with their unique keys kept being enqueued meanwhile; try again: %w", err)
 }
 
-// RetryWhere retries, as Retry does, the jobs f selects: f.State is "dead"
-// (the default) or "cancelled"; f.Kind, f.Queue and f.BeforeID narrow the
-// selection, and f.Limit, if set, retries only that many, oldest first.
-// One statement retries them all; the jobs it leaves alone because their
-// unique key is held are in Skipped, each with the key and its holder.
+// RetryWhere retries, as Retry does, the jobs f selects: f.State is one
+// of RetryStates, "dead" by default; f.Kind, f.Queue and f.BeforeID narrow
+// the selection, and f.Limit, if set, retries only that many, oldest
+// first. One statement retries them all; the jobs it leaves alone (their
+// unique key is held, or they are completed jobs of a sequence or a batch)
+// are in Skipped, each with its reason.
 func RetryWhere(ctx context.Context, db DB, f JobFilter) (ChangeResult, error) {
 	if f.State == "" {
 		f.State = StateDead
@@ -845,7 +863,7 @@ func RetryWhere(ctx context.Context, db DB, f JobFilter) (ChangeResult, error) {
 		if err := checkJobState(f.State); err != nil {
 			return ChangeResult{}, fmt.Errorf("retry jobs: %w", err)
 		}
-		return ChangeResult{}, fmt.Errorf("retry jobs: %s jobs cannot be retried: only dead or cancelled ones", f.State)
+		return ChangeResult{}, fmt.Errorf("retry jobs: %s jobs cannot be retried by state: only %s ones", f.State, strings.Join(RetryStates(), ", "))
 	}
 	if f.Limit < 0 {
 		return ChangeResult{}, fmt.Errorf("retry jobs: Limit %d is negative", f.Limit)
@@ -862,34 +880,8 @@ func RetryWhere(ctx context.Context, db DB, f JobFilter) (ChangeResult, error) {
 	sql := fmt.Sprintf(retryWhereSQL, stateCondition(f.State, "j"))
 	var res ChangeResult
 	err = againOnConflict(ctx, db, func(q DB) error {
-		res = ChangeResult{Changed: []JobChange{}, Skipped: []JobSkip{}}
-		rows, err := q.Query(ctx, sql, kind, queue, before, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				id          int64
-				changed     bool
-				runsAt      *time.Time
-				key         *string
-				holder      *int64
-				holderState *string
-			)
-			if err := rows.Scan(&id, &changed, &runsAt, &key, &holder, &holderState); err != nil {
-				return err
-			}
-			switch {
-			case changed:
-				res.Changed = append(res.Changed, JobChange{ID: id, From: f.State, RunsAt: runsAt})
-			case holder != nil && key != nil && holderState != nil:
-				res.Skipped = append(res.Skipped, heldSkip(id, f.State, *key, *holder, *holderState))
-			default:
-				res.Skipped = append(res.Skipped, JobSkip{ID: id, State: f.State, Reason: retrySkipReason(id, f.State)})
-			}
-		}
-		return rows.Err()
+		res, err = retryRows(ctx, q, sql, kind, queue, before, limit)
+		return err
 	})
 	if err != nil {
 		return ChangeResult{}, fmt.Errorf("retry jobs: %w", err)

@@ -238,20 +238,19 @@ func TestRetryPutsDeadAndCancelledJobsBack(t *testing.T) {
 
 	res, err := runtime.Retry(ctx, db.Pool, dead, cancelled, running, completed, pending, missing, dead)
 	require.NoError(t, err)
-	require.Equal(t, []runtime.JobChange{{ID: dead, From: "dead"}, {ID: cancelled, From: "cancelled"}}, res.Changed)
-	require.Equal(t, []int64{dead, cancelled}, res.IDs())
+	require.Equal(t, []runtime.JobChange{{ID: dead, From: "dead"}, {ID: cancelled, From: "cancelled"}, {ID: completed, From: "completed"}}, res.Changed)
+	require.Equal(t, []int64{dead, cancelled, completed}, res.IDs())
 	reasons := map[int64]string{}
 	for _, s := range res.Skipped {
 		reasons[s.ID] = s.Reason
 	}
-	require.Len(t, res.Skipped, 4)
+	require.Len(t, res.Skipped, 3)
 	require.Contains(t, reasons[running], "is running: cancel it first")
-	require.Contains(t, reasons[completed], "is completed")
 	require.Contains(t, reasons[pending], "already pending")
 	require.Contains(t, reasons[missing], "does not exist")
 	require.ErrorContains(t, res.Err(), "does not exist")
 
-	for _, id := range []int64{dead, cancelled} {
+	for _, id := range []int64{dead, cancelled, completed} {
 		j, err := runtime.GetJob(ctx, db.Pool, id)
 		require.NoError(t, err)
 		require.Equal(t, "pending", j.State)
@@ -265,7 +264,7 @@ func TestRetryPutsDeadAndCancelledJobsBack(t *testing.T) {
 	j, err := runtime.GetJob(ctx, db.Pool, dead)
 	require.NoError(t, err)
 	require.Equal(t, "boom", j.LastError, "the last error stays after a retry")
-	for _, id := range []int64{running, completed, pending} {
+	for _, id := range []int64{running, pending} {
 		before, err := runtime.ListJobs(ctx, db.Pool, runtime.JobFilter{BeforeID: id + 1, Limit: 1})
 		require.NoError(t, err)
 		require.Equal(t, id, before[0].ID)

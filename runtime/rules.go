@@ -5,10 +5,20 @@ package runtime
 // and the dashboard ask here before offering an action or accepting a
 // --state, so a button or a flag offers exactly what the function does.
 
-// CanRetry reports whether Retry puts a job in state back to pending: dead
-// and cancelled jobs. A running job is cancelled first; a completed one is
-// not run again.
-func CanRetry(state string) bool { return state == StateDead || state == StateCancelled }
+// CanRetry reports whether Retry puts a job in state back to pending:
+// dead, cancelled and completed jobs (a completed job of a sequence or a
+// batch is refused, with the reason). A running job is cancelled first. A
+// pending job is retried when it is due later (made due now): CanRetryJob
+// tells from its run_at.
+func CanRetry(state string) bool {
+	return state == StateDead || state == StateCancelled || state == StateCompleted
+}
+
+// CanRetryJob reports whether Retry changes job j, as far as its row
+// tells: CanRetry of its state, or a pending job due later than j.Now.
+func CanRetryJob(j JobRow) bool {
+	return CanRetry(j.State) || (j.State == StatePending && j.RunAt.After(j.Now))
+}
 
 // CanCancel reports whether Cancel cancels a job in state: waiting,
 // pending and running jobs. Finished ones stay as they are.
@@ -21,8 +31,11 @@ func CanCancel(state string) bool {
 func CanDelete(state string) bool { return state != StateRunning }
 
 // RetryStates returns what RetryWhere's JobFilter.State may be: dead (the
-// default) or cancelled.
-func RetryStates() []string { return []string{StateDead, StateCancelled} }
+// default), cancelled, completed, or scheduled (pending, due later: made
+// due now).
+func RetryStates() []string {
+	return []string{StateDead, StateCancelled, StateCompleted, StateScheduled}
+}
 
 // CancelStates returns what CancelWhere's JobFilter.State may be: waiting,
 // pending, running, and the parts of pending, scheduled and retrying.

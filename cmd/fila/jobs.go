@@ -26,17 +26,18 @@ type jobsCommand struct {
 }
 
 var jobsCommands = []jobsCommand{
-	{"list", "[--state S] [--kind K] [--queue Q] [--limit N] [--before ID]", "list jobs, newest first", runJobsList},
+	{"list", "[--state S,…] [--kind K,…] [--queue Q,…] [--tag T,…] [--any-tag T,…] [--payload JSON] [--order id|run_at|created_at|priority] [--asc] [--limit N] [--cursor C | --before ID]", "list jobs, newest first unless --order or --asc say otherwise", runJobsList},
 	{"show", "ID [--payload]", "show one job: payload, attempts, times and every attempt's error; --payload prints the payload alone, whole", runJobsShow},
-	{"retry", "ID… | --state dead|cancelled [--kind K] [--queue Q]", "put dead or cancelled jobs back to pending, due now, attempts reset", runJobsRetry},
+	{"retry", "ID… | --state dead|cancelled|completed|scheduled [--kind K] [--queue Q]", "run jobs that are not running again, due now: dead, cancelled and completed ones with attempts reset, scheduled ones made due now", runJobsRetry},
+	{"update", "ID [--priority N] [--run-at now|+DURATION|TIME] [--tags T,…] [--meta K=V]… [--max-attempts N]", "change a job that is not running: its priority, run_at, tags, metadata or attempt limit", runJobsUpdate},
 	{"cancel", "ID… | --state waiting|pending|running|scheduled|retrying [--kind K] [--queue Q]", "cancel waiting, pending or running jobs (a running one is stopped within a heartbeat)", runJobsCancel},
 	{"delete", "ID… | --state dead|cancelled|waiting|pending|scheduled|retrying [--kind K] [--queue Q]", "delete jobs that are not running", runJobsDelete},
 	{"limits", "[--max-payload-bytes N] [--max-payload-depth N]", "show, or set, the largest and deepest payload the table accepts", runJobsLimits},
 }
 
 func init() {
-	register("jobs", "list, show, retry, cancel and delete jobs, and their payload limits: jobs list|show|retry|cancel|delete|limits", runJobs)
-	describeArgs("jobs", "list|show|retry|cancel|delete|limits")
+	register("jobs", "list, show, retry, update, cancel and delete jobs, and their payload limits: jobs list|show|retry|update|cancel|delete|limits", runJobs)
+	describeArgs("jobs", "list|show|retry|update|cancel|delete|limits")
 	for _, c := range jobsCommands {
 		describeArgs("jobs "+c.name, c.args)
 	}
@@ -59,9 +60,9 @@ func runJobs(ctx context.Context, g *globals, args []string) error {
 		jobsUsage(g.stderr)
 		return errUsage
 	case strings.HasPrefix(args[0], "-"):
-		return g.usageError("give the jobs command before its flags: fila jobs list|show|retry|cancel|delete|limits [flags]")
+		return g.usageError("give the jobs command before its flags: fila jobs list|show|retry|update|cancel|delete|limits [flags]")
 	}
-	return g.usageError("unknown jobs command %q: use list, show, retry, cancel, delete or limits", args[0])
+	return g.usageError("unknown jobs command %q: use list, show, retry, update, cancel, delete or limits", args[0])
 }
 
 func jobsUsage(w io.Writer) {
@@ -75,24 +76,33 @@ func jobsUsage(w io.Writer) {
 
 func runJobsList(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs list", flag.ContinueOnError)
-	state := fs.String("state", "", "only jobs in this state: "+strings.Join(runtime.JobStates(), ", ")+
+	state := fs.String("state", "", "only jobs in these states, comma-separated: "+strings.Join(runtime.JobStates(), ", ")+
 		"; or scheduled (pending, due later) or retrying (pending after a failed attempt)")
-	kind := fs.String("kind", "", "only jobs of this kind")
-	queue := fs.String("queue", "", "only jobs of this queue")
+	kind := fs.String("kind", "", "only jobs of these kinds, comma-separated")
+	queue := fs.String("queue", "", "only jobs of these queues, comma-separated")
 	limit := fs.Int("limit", runtime.ListLimitDefault, fmt.Sprintf("most jobs to list, 1 to %d", runtime.ListLimitMax))
-	before := fs.Int64("before", 0, "only jobs whose id is below this one (the next page: the last id listed); 0 for the newest")
-	tag := fs.String("tag", "", "only jobs with this tag")
+	before := fs.Int64("before", 0, "only jobs whose id is below this one (the next page of the newest first: the last id listed); 0 for the newest")
+	tag := fs.String("tag", "", "only jobs with every one of these tags, comma-separated")
+	tagsAny := fs.String("any-tag", "", "only jobs with at least one of these tags, comma-separated")
+	payload := fs.String("payload", "", `only jobs whose payload contains this JSON (jsonb @>), e.g. '{"user": 7}'`)
+	order := fs.String("order", runtime.OrderID, "sort by "+strings.Join(runtime.ListOrders(), ", ")+" (then by id)")
+	asc := fs.Bool("asc", false, "sort from the lowest first (default: the highest, the newest for ids)")
+	cursor := fs.String("cursor", "", "the next page: the cursor the last page printed (with the same flags)")
 	meta := keyValues{}
 	fs.Var(meta, "meta", "only jobs whose metadata has KEY=VALUE; repeat for more")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := g.parse(fs, args); err != nil {
 		return err
 	}
-	if *state != "" && !slices.Contains(runtime.ListStates(), *state) {
-		return fmt.Errorf("--state %q is unknown: use %s", *state, strings.Join(runtime.ListStates(), ", "))
+	states := commaList(*state)
+	for _, s := range states {
+		if !slices.Contains(runtime.ListStates(), s) {
+			return fmt.Errorf("--state %q is unknown: use %s", s, strings.Join(runtime.ListStates(), ", "))
+		}
 	}
-	if *queue != "" {
-		if err := channel.ValidateQueue(*queue); err != nil {
+	queues := commaList(*queue)
+	for _, q := range queues {
+		if err := channel.ValidateQueue(q); err != nil {
 			return fmt.Errorf("--queue: %w", err)
 		}
 	}
@@ -102,19 +112,34 @@ func runJobsList(ctx context.Context, g *globals, args []string) error {
 	if *before < 0 {
 		return fmt.Errorf("--before %d is negative", *before)
 	}
+	if !slices.Contains(runtime.ListOrders(), *order) {
+		return fmt.Errorf("--order %q is unknown: use %s", *order, strings.Join(runtime.ListOrders(), ", "))
+	}
+	if *payload != "" && !json.Valid([]byte(*payload)) {
+		return fmt.Errorf("--payload %q is not valid JSON", *payload)
+	}
+	byID := *order == runtime.OrderID && !*asc
+	if *before > 0 && (*cursor != "" || !byID) {
+		return g.usageError("--before pages the newest first: with --order, --asc or --cursor, page with --cursor")
+	}
 	pool, err := g.migratedPool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	f := runtime.JobFilter{State: *state, Kind: *kind, Queue: *queue, BeforeID: *before, Limit: *limit, Tag: *tag}
+	f := runtime.JobFilter{States: states, Kinds: commaList(*kind), Queues: queues, BeforeID: *before, Limit: *limit,
+		TagsAll: commaList(*tag), TagsAny: commaList(*tagsAny), Payload: *payload, Cursor: *cursor, Ascending: *asc}
+	if !byID {
+		f.OrderBy = *order
+	}
 	if len(meta) > 0 {
 		f.Metadata = meta.asAny()
 	}
-	jobs, err := runtime.ListJobs(ctx, pool, f)
+	page, err := runtime.ListJobsPage(ctx, pool, f)
 	if err != nil {
 		return err
 	}
+	jobs := page.Jobs
 	if *asJSON {
 		return writeJSON(g.stdout, jobs)
 	}
@@ -131,9 +156,95 @@ func runJobsList(ctx context.Context, g *globals, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(jobs) == *limit {
+	switch {
+	case page.Next == "":
+	case byID && *cursor == "":
 		fmt.Fprintf(g.stdout, "(the newest %d; the next page: --before %d)\n", len(jobs), jobs[len(jobs)-1].ID)
+	default:
+		fmt.Fprintf(g.stdout, "(%d listed; the next page: --cursor %s)\n", len(jobs), page.Next)
 	}
+	return nil
+}
+
+// commaList splits a flag's comma-separated values, without blanks.
+func commaList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func runJobsUpdate(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("jobs update", flag.ContinueOnError)
+	priority := fs.Int("priority", 0, "the job's priority, -32768 to 32767 (lower runs first)")
+	runAt := fs.String("run-at", "", "when the job may run: now, +DURATION from the database's now (+90s, +2h), or an RFC 3339 time")
+	tags := fs.String("tags", "", "the job's tags, comma-separated, in place of its own ('' removes them)")
+	maxAttempts := fs.Int("max-attempts", 0, "the job's attempt limit, 1 to 1000")
+	meta := keyValues{}
+	fs.Var(meta, "meta", "the job's metadata, in place of its own: KEY=VALUE, repeat for more")
+	asJSON := fs.Bool("json", false, "print the job as it is now as JSON")
+	pos, err := g.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return g.usageError("give one job id")
+	}
+	ids, err := parseIDs(pos)
+	if err != nil {
+		return err
+	}
+	var u runtime.JobUpdate
+	if fsVisited(fs, "priority") {
+		if *priority < -32768 || *priority > 32767 {
+			return fmt.Errorf("--priority %d out of range: allowed -32768 to 32767", *priority)
+		}
+		p := int16(*priority)
+		u.Priority = &p
+	}
+	if fsVisited(fs, "run-at") {
+		u.RunAt = &time.Time{} // read below, on the database's clock
+	}
+	if fsVisited(fs, "tags") {
+		t := commaList(*tags)
+		u.Tags = &t
+	}
+	if fsVisited(fs, "max-attempts") {
+		u.MaxAttempts = maxAttempts
+	}
+	if fsVisited(fs, "meta") {
+		m := meta.asAny()
+		u.Metadata = &m
+	}
+	if u == (runtime.JobUpdate{}) {
+		return g.usageError("say what to change: --priority, --run-at, --tags, --meta or --max-attempts")
+	}
+	pool, err := g.migratedPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if u.RunAt != nil && *runAt != "now" {
+		t, err := parseRunAt(ctx, pool, *runAt)
+		if err != nil {
+			return err
+		}
+		u.RunAt = &t
+	}
+	j, err := runtime.UpdateJob(ctx, pool, ids[0], u)
+	if errors.Is(err, runtime.ErrJobNotFound) {
+		return fmt.Errorf("job %d does not exist", ids[0])
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(g.stdout, j)
+	}
+	fmt.Fprintf(g.stdout, "job %d: updated (%s, priority %d, run at %s, at most %d attempts)\n", j.ID, j.State, j.Priority, showTime(&j.RunAt), j.MaxAttempts)
 	return nil
 }
 
@@ -379,7 +490,7 @@ func printJob(w io.Writer, j *runtime.JobPreview) {
 
 func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs retry", flag.ContinueOnError)
-	state := fs.String("state", "", "instead of ids: retry every job in this state, dead or cancelled")
+	state := fs.String("state", "", "instead of ids: retry every job in this state: "+strings.Join(runtime.RetryStates(), ", "))
 	kind := fs.String("kind", "", "with --state: only jobs of this kind")
 	queue := fs.String("queue", "", "with --state: only jobs of this queue")
 	asJSON := fs.Bool("json", false, "print what was retried and skipped as JSON")
@@ -390,9 +501,9 @@ func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 	if *state == "" {
 		switch {
 		case *kind != "" || *queue != "":
-			return g.usageError("--kind and --queue select among --state dead or cancelled jobs: add --state")
+			return g.usageError("--kind and --queue select among --state %s jobs: add --state", strings.Join(runtime.RetryStates(), "|"))
 		case len(pos) == 0:
-			return g.usageError("give job ids, or --state dead|cancelled")
+			return g.usageError("give job ids, or --state %s", strings.Join(runtime.RetryStates(), "|"))
 		}
 		return changeByID(ctx, g, pos, *asJSON, "retried", runtime.Retry)
 	}
@@ -400,7 +511,7 @@ func runJobsRetry(ctx context.Context, g *globals, args []string) error {
 		return g.usageError("give job ids or --state, not both")
 	}
 	if !slices.Contains(runtime.RetryStates(), *state) {
-		return fmt.Errorf("--state %q: only dead or cancelled jobs can be retried", *state)
+		return fmt.Errorf("--state %q: only %s jobs can be retried by state", *state, strings.Join(runtime.RetryStates(), ", "))
 	}
 	return changeWhere(ctx, g, runtime.JobFilter{State: *state, Kind: *kind, Queue: *queue}, *asJSON, "retry", "retried", runtime.RetryWhere)
 }

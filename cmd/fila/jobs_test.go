@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -140,11 +141,11 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 	pending := seedState(t, db, "mail", "pending")
 	completed := seedState(t, db, "mail", "completed")
 
-	out, errOut, code := fila(t, db, "jobs", "retry", fmt.Sprint(dead), fmt.Sprint(running), fmt.Sprint(completed))
+	out, errOut, code := fila(t, db, "jobs", "retry", fmt.Sprint(dead), fmt.Sprint(running), fmt.Sprint(pending))
 	require.Equal(t, 1, code, "a job left alone fails the command")
 	require.Equal(t, fmt.Sprintf("job %d: retried (was dead)\n", dead), out, "one line per job done")
 	require.Equal(t, fmt.Sprintf("fila jobs retry: job %d is running: cancel it first, or let it finish\n"+
-		"fila jobs retry: job %d is completed: a completed job is not run again (enqueue a new one)\n", running, completed), errOut,
+		"fila jobs retry: job %d is already pending, and due\n", running, pending), errOut,
 		"one line per job left alone")
 	require.Equal(t, "pending", state(dead))
 	require.Equal(t, "running", state(running))
@@ -218,7 +219,7 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 		{[]string{"jobs", "retry"}, exitUsage, "give job ids, or --state dead|cancelled"},
 		{[]string{"jobs", "retry", "1", "--state", "dead"}, exitUsage, "give job ids or --state, not both"},
 		{[]string{"jobs", "retry", "--kind", "mail"}, exitUsage, "add --state"},
-		{[]string{"jobs", "retry", "--state", "running"}, 1, `--state "running": only dead or cancelled jobs can be retried`},
+		{[]string{"jobs", "retry", "--state", "running"}, 1, `--state "running": only dead, cancelled, completed, scheduled jobs can be retried by state`},
 		{[]string{"jobs", "retry", "0"}, 1, `"0" is not a job id`},
 		{[]string{"jobs", "cancel"}, exitUsage, "give job ids, or --state waiting|pending|running|scheduled|retrying"},
 		{[]string{"jobs", "cancel", "1", "--state", "pending"}, exitUsage, "give job ids or --state, not both"},
@@ -427,4 +428,68 @@ func jobIDs(out string) []string {
 		}
 	}
 	return ids
+}
+
+// TestJobsListOrdersAndPagesUpdateAndQueues: `jobs list` takes several
+// states at once, an order and a cursor; `jobs update` changes a pending
+// job and refuses a running one; `queue list` shows each queue's counts.
+func TestJobsListOrdersAndPagesUpdateAndQueues(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	pending := seedState(t, db, "mail", "pending")
+	dead := seedState(t, db, "mail", "dead")
+	running := seedState(t, db, "mail", "running")
+	seedState(t, db, "resize", "completed")
+
+	ids := func(args ...string) ([]int64, string) {
+		t.Helper()
+		out, errOut, code := fila(t, db, append([]string{"jobs", "list", "--json"}, args...)...)
+		require.Zero(t, code, errOut)
+		var rows []struct{ ID int64 }
+		require.NoError(t, json.Unmarshal([]byte(out), &rows))
+		got := make([]int64, len(rows))
+		for i, r := range rows {
+			got[i] = r.ID
+		}
+		return got, out
+	}
+	got, _ := ids("--state", "dead,running")
+	require.Equal(t, []int64{running, dead}, got)
+	got, _ = ids("--state", "pending,dead", "--order", "id", "--asc")
+	require.Equal(t, []int64{pending, dead}, got)
+
+	out, errOut, code := fila(t, db, "jobs", "list", "--kind", "mail", "--asc", "--limit", "2")
+	require.Zero(t, code, errOut)
+	i := strings.Index(out, "--cursor ")
+	require.Positive(t, i, out)
+	cursor := strings.TrimSuffix(strings.TrimSpace(out[i+len("--cursor "):]), ")")
+	got, _ = ids("--kind", "mail", "--asc", "--limit", "2", "--cursor", cursor)
+	require.Equal(t, []int64{running}, got, "the page after the cursor")
+	_, errOut, code = fila(t, db, "jobs", "list", "--kind", "mail", "--limit", "2", "--cursor", cursor)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "it continues a listing by id ascending, and this one is by id descending")
+	_, errOut, code = fila(t, db, "jobs", "list", "--payload", "{nope")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "is not valid JSON")
+
+	out, errOut, code = fila(t, db, "jobs", "update", fmt.Sprint(pending), "--priority", "-3", "--run-at", "+1h", "--tags", "a,b", "--max-attempts", "7")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, fmt.Sprintf("job %d: updated (pending, priority -3", pending))
+	j, err := runtime.GetJob(context.Background(), db.Pool, pending)
+	require.NoError(t, err)
+	require.EqualValues(t, -3, j.Priority)
+	require.Equal(t, []string{"a", "b"}, j.Tags)
+	require.Equal(t, 7, j.MaxAttempts)
+	require.True(t, j.RunAt.After(j.Now.Add(50*time.Minute)), "run at an hour from now")
+	_, errOut, code = fila(t, db, "jobs", "update", fmt.Sprint(running), "--priority", "1")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "job is running")
+	_, errOut, code = fila(t, db, "jobs", "update", fmt.Sprint(pending))
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "say what to change")
+
+	out, errOut, code = fila(t, db, "queue", "list")
+	require.Zero(t, code, errOut)
+	require.Regexp(t, `(?m)^QUEUE\s+PAUSED\s+RUNNABLE\s+SCHEDULED\s+RUNNING\s+WAITING\s+DEAD\s+OLDEST RUNNABLE$`, out)
+	require.Regexp(t, `(?m)^default\s+no\s+0\s+1\s+1\s+0\s+1\s+-$`, out)
 }

@@ -210,7 +210,7 @@ func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
 		jsonpreview.Limits{MaxBytes: s.opts.PayloadPreviewBytes, MaxDepth: s.opts.PayloadPreviewDepth})
 	d := &jobDetail{Job: job, Payload: preview.Text, PayloadCut: preview.Cut, PayloadElided: preview.Elided,
 		PreviewBytes: s.opts.PayloadPreviewBytes, PreviewDepth: s.opts.PayloadPreviewDepth,
-		CanRetry: runtime.CanRetry(job.State), CanCancel: runtime.CanCancel(job.State),
+		CanRetry: runtime.CanRetryJob(job.JobRow), CanCancel: runtime.CanCancel(job.State),
 		CanDelete: runtime.CanDelete(job.State)}
 	flow, err := runtime.GetJobFlow(ctx, s.pool, id)
 	if err != nil {
