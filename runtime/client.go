@@ -36,6 +36,9 @@ func NewClient(db DB, middleware ...InsertMiddleware) *Client {
 // transaction) travels in its context.
 func composeInsert(middleware []InsertMiddleware) InsertFunc {
 	f := InsertFunc(func(ctx context.Context, jobs []*InsertParams) ([]Inserted, error) {
+		if fl, ok := ctx.Value(flowKey{}).(*flowInsert); ok && fl != nil {
+			return insertFlow(ctx, targetOf(ctx), fl, jobs)
+		}
 		return insertParams(ctx, targetOf(ctx), jobs)
 	})
 	for i := len(middleware) - 1; i >= 0; i-- {
@@ -64,7 +67,7 @@ func (c *Client) InsertTx(ctx context.Context, tx DB, args JobArgs, opts *Insert
 	if err != nil {
 		return Inserted{}, err
 	}
-	res, err := c.insert(context.WithValue(ctx, targetKey{}, tx), []*InsertParams{&p})
+	res, err := c.insert(plainInsert(ctx, tx), []*InsertParams{&p})
 	if err != nil {
 		return Inserted{}, err
 	}
@@ -92,7 +95,17 @@ func (c *Client) InsertManyTx(ctx context.Context, tx DB, jobs []ArgsParams) ([]
 	if len(params) == 0 {
 		return nil, nil
 	}
-	return c.insert(context.WithValue(ctx, targetKey{}, tx), params)
+	return c.insert(plainInsert(ctx, tx), params)
+}
+
+// plainInsert is the context of an insert of jobs one by one into db: a
+// middleware that inserts jobs of its own, while a workflow or batch goes
+// through it, inserts them as plain jobs.
+func plainInsert(ctx context.Context, db DB) context.Context {
+	if ctx.Value(flowKey{}) != nil {
+		ctx = context.WithValue(ctx, flowKey{}, (*flowInsert)(nil))
+	}
+	return context.WithValue(ctx, targetKey{}, db)
 }
 
 // insertParams is the database's end of a Client's inserts.
