@@ -108,6 +108,13 @@ type Kind struct {
 	// RetryAfter still wins. Defaults to nil: Config.RetryBase·2^(attempt-1),
 	// jittered, capped at Config.RetryMax.
 	Backoff func(attempt int) time.Duration
+	// Aliases are other names this handler also runs jobs of: a kind
+	// being renamed keeps its old name here while jobs inserted under it
+	// remain (Job.Kind says which name a job has). Each is a kind name of
+	// its own (ValidateKind) that no other kind or alias uses. Not with
+	// Limit or RateLimit: each name would count its own slots. Defaults to
+	// none.
+	Aliases []string
 }
 
 // Middleware wraps a handler: it sees the job and the context before next
@@ -438,6 +445,18 @@ func (c Config) Validate() error {
 			}
 		}
 		seen[k.Name] = true
+		if len(k.Aliases) > 0 && (k.Limit != nil || k.RateLimit != nil) {
+			return fmt.Errorf("Kinds: kind %q has Aliases and a Limit or RateLimit: each name would count its own slots", k.Name)
+		}
+		for _, a := range k.Aliases {
+			if err := ValidateKind(a); err != nil {
+				return fmt.Errorf("Kinds: kind %q: alias: %w", k.Name, err)
+			}
+			if seen[a] {
+				return fmt.Errorf("Kinds: kind %q: alias %q is registered twice", k.Name, a)
+			}
+			seen[a] = true
+		}
 	}
 	names := map[string]bool{}
 	for _, t := range c.Recurring {

@@ -143,6 +143,14 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		r.kinds[k.Name] = k
 		r.kindNames = append(r.kindNames, k.Name)
+		for _, a := range k.Aliases {
+			// The same handler under the old name: claimed, run and
+			// counted as a kind of its own.
+			alias := k
+			alias.Name, alias.Aliases = a, nil
+			r.kinds[a] = alias
+			r.kindNames = append(r.kindNames, a)
+		}
 		if k.Limit != nil {
 			r.limits = append(r.limits, claimer.KindLimit{Kind: k.Name, Key: k.Limit.Key, Max: k.Limit.Max})
 		}

@@ -221,6 +221,7 @@ var goOnly = map[string]string{
 	"Pool":            "a pool is a Go value: fila opens its own from dsn",
 	"Kinds.Handler":   "a Go function: exec's COMMAND runs in its place",
 	"Kinds.Backoff":   "a Go function: exec's kinds back off by retry_base and retry_max",
+	"Kinds.Aliases":   "a rename of a Go kind; an --exec command takes its old name as another --exec KIND=COMMAND",
 	"Middleware":      "Go functions around handlers",
 	"Observer":        "a Go value: metrics_addr attaches fila's own",
 	"Logger":          "a Go value: --log-level and --log-format shape fila's own",
