@@ -240,4 +240,3 @@ func requireNoKind(t *testing.T, db *testdb.DB, kind string) {
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM fila_jobs WHERE kind = $1`, kind).Scan(&count))
 	require.Zero(t, count, "jobs of kind %s", kind)
 }
-
