@@ -158,6 +158,16 @@ VALUES ('u', 'k', 'dead', 5, now(), now(), 'gave up')`)
 	limits, ok, err := runtime.TablePayloadLimits(ctx, db)
 	record("TablePayloadLimits", []any{limits, ok}, err)
 
+	minutes, err := runtime.Minutes(ctx, db, time.Hour)
+	record("Minutes", minutes, err)
+	tasks, err := runtime.RecurringTasks(ctx, db)
+	record("RecurringTasks", tasks, err)
+	deleted, err := runtime.DeleteRecurringTask(ctx, db, "nightly")
+	record("DeleteRecurringTask", deleted, err)
+	record("SetNotifyTrigger", nil, runtime.SetNotifyTrigger(ctx, db, true))
+	on, err := runtime.NotifyTriggerOn(ctx, db)
+	record("NotifyTriggerOn", on, err)
+
 	rows, err := runtime.ListJobs(ctx, db, runtime.JobFilter{})
 	record("ListJobs at the end", rows, err)
 	return steps

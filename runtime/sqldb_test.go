@@ -240,3 +240,109 @@ func requireNoKind(t *testing.T, db *testdb.DB, kind string) {
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM fila_jobs WHERE kind = $1`, kind).Scan(&count))
 	require.Zero(t, count, "jobs of kind %s", kind)
 }
+
+// A handler completes its job in its own database/sql transaction: the
+// completion reads the rows it updated, so a second one in the same
+// transaction finds the attempt no longer the worker's.
+func TestSQLCompleteTx(t *testing.T) {
+	t.Parallel()
+	for _, driver := range sqlDrivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := newDB(t)
+			sdb := openSQL(t, driver, db)
+			_, err := sdb.ExecContext(ctx, `CREATE TABLE sent (job bigint PRIMARY KEY)`)
+			require.NoError(t, err)
+			second := make(chan error, 1)
+			cfg := baseConfig(t, db, runtime.Kind{Name: "mail", Handler: func(ctx context.Context, j *runtime.Job) error {
+				tx, err := sdb.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = tx.Rollback() }()
+				if _, err := tx.ExecContext(ctx, `INSERT INTO sent VALUES ($1)`, j.ID); err != nil {
+					return err
+				}
+				j.SetOutput(map[string]bool{"sent": true})
+				if err := runtime.CompleteTx(ctx, runtime.SQL(tx), j); err != nil {
+					return err
+				}
+				select { // a later attempt, if any, does not wait for the test
+				case second <- runtime.CompleteTx(ctx, runtime.SQL(tx), j):
+				default:
+				}
+				return tx.Commit()
+			}})
+			start(t, cfg)
+			id, err := runtime.Insert(ctx, runtime.SQL(sdb), "mail", nil, nil)
+			require.NoError(t, err)
+			select {
+			case err := <-second:
+				require.ErrorIs(t, err, runtime.ErrNotOwner)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the handler did not run")
+			}
+			waitFor(t, 10*time.Second, "the job completed in the handler's transaction", func() bool {
+				state, _, _ := jobState(t, db, id)
+				return state == runtime.StateCompleted
+			})
+			j, err := runtime.GetJob(ctx, db.Pool, id)
+			require.NoError(t, err)
+			require.JSONEq(t, `{"sent": true}`, string(j.Output))
+			var sent int64
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT job FROM sent`).Scan(&sent))
+			require.Equal(t, id, sent)
+		})
+	}
+}
+
+// txOnly has a *sql.Tx's three methods and nothing else, as a framework's
+// own handle may: SQL runs Fila's statements on it one by one.
+type txOnly struct{ tx *sql.Tx }
+
+func (q txOnly) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return q.tx.ExecContext(ctx, query, args...)
+}
+
+func (q txOnly) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.tx.QueryContext(ctx, query, args...)
+}
+
+func (q txOnly) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return q.tx.QueryRowContext(ctx, query, args...)
+}
+
+// A *sql.Conn gets a transaction of Fila's own where a pool does; any
+// other handle gets the statements one by one, and what needs a
+// transaction of its own says so.
+func TestSQLConnAndOtherHandles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	sdb := openSQL(t, "postgres", db)
+	unique := []runtime.InsertParams{{Kind: "u", InsertOpts: runtime.InsertOpts{UniqueKey: "a"}},
+		{Kind: "u", InsertOpts: runtime.InsertOpts{UniqueKey: "b"}}}
+
+	conn, err := sdb.Conn(ctx)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	ids, err := runtime.InsertMany(ctx, runtime.SQL(conn), unique)
+	require.NoError(t, err)
+	require.Len(t, ids, 2)
+	batch, _, err := runtime.InsertBatch(ctx, runtime.SQL(conn), []runtime.InsertParams{{Kind: "part"}}, runtime.BatchCallback{Kind: "done"})
+	require.NoError(t, err)
+	b, err := runtime.GetBatch(ctx, db.Pool, batch)
+	require.NoError(t, err)
+	require.True(t, b.Sealed)
+
+	tx, err := sdb.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	q := runtime.SQL(txOnly{tx})
+	again, err := runtime.InsertMany(ctx, q, unique)
+	require.NoError(t, err)
+	require.Equal(t, ids, again, "the duplicates' ids are the existing jobs'")
+	err = runtime.SetTablePayloadLimits(ctx, q, runtime.PayloadLimits{})
+	require.ErrorContains(t, err, "needs a pool, a connection or a transaction")
+	require.NoError(t, tx.Commit())
+}
