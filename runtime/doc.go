@@ -1,5 +1,6 @@
 // Package runtime is Fila's public entry: configuration, the handler registry,
-// Run and Stop, and the insert API (also inside a caller's pgx.Tx).
+// Run and Stop, and the insert API (also inside a caller's pgx.Tx, or its
+// *sql.Tx wrapped by SQL).
 //
 // A job is a row of fila_jobs. An insert trigger notifies a channel per queue
 // with the job id; a dedicated listener connection wakes the claimers; one

@@ -483,14 +483,8 @@ func InsertBatch(ctx context.Context, db DB, jobs []InsertParams, cb BatchCallba
 		}
 		return SealBatch(ctx, q, batch)
 	}
-	in := func(tx pgx.Tx) error { return do(tx) }
-	var err error
-	switch b := db.(type) {
-	case txBeginner:
-		err = pgx.BeginTxFunc(ctx, b, readCommitted, in)
-	case beginner:
-		err = pgx.BeginFunc(ctx, b, in)
-	default:
+	ok, err := transact(ctx, db, do)
+	if !ok {
 		err = do(db)
 	}
 	if err != nil {

@@ -304,7 +304,8 @@ func InsertTx(ctx context.Context, tx DB, kind string, payload any, opts *Insert
 // offers it (pgxpool.Pool, pgx.Conn and pgx.Tx do): its ids are taken from
 // the table's sequence first, in order, then the rows stream in one COPY
 // statement. The insert trigger treats a COPY like any INSERT: one
-// notification per queue for the whole batch.
+// notification per queue for the whole batch. database/sql has no COPY: a
+// batch through SQL is one statement whatever its size.
 func InsertMany(ctx context.Context, db DB, jobs []InsertParams) ([]int64, error) {
 	if len(jobs) == 0 {
 		return nil, nil

@@ -242,9 +242,10 @@ var ErrCancelled = errors.New("fila: job cancelled")
 var ErrNotOwner = claimer.ErrNotOwner
 
 // DB is what the insert and job functions need: a *pgxpool.Pool, a
-// *pgx.Conn or a pgx.Tx (to act inside the caller's transaction). It is the
-// store's own interface, so a transaction handed to runtime reaches claimer
-// (CompleteTx) as it is.
+// *pgx.Conn or a pgx.Tx (to act inside the caller's transaction), or a
+// database/sql handle wrapped by SQL (a *sql.Tx, *sql.DB or *sql.Conn). It
+// is the store's own interface, so a transaction handed to runtime reaches
+// claimer (CompleteTx) as it is.
 type DB = claimer.DB
 
 // CompleteTx marks job completed inside tx, the handler's own transaction, so

@@ -836,11 +836,7 @@ func (r *ChangeResult) noteHolders() {
 func againOnConflict(ctx context.Context, db DB, run func(DB) error) error {
 	var err error
 	for range 3 {
-		if tx, ok := db.(pgx.Tx); ok {
-			err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return run(sp) })
-		} else {
-			err = run(db)
-		}
+		err = savepoint(ctx, db, run)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "fila_jobs_unique_idx" {
 			return err

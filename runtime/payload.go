@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -256,7 +255,7 @@ func SetTablePayloadLimits(ctx context.Context, db DB, l PayloadLimits) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	set := func(tx pgx.Tx) error {
+	set := func(tx DB) error {
 		var prev, ignored string
 		if err := tx.QueryRow(ctx, setLimitsLockTimeoutSQL).Scan(&prev, &ignored); err != nil {
 			return err
@@ -267,13 +266,8 @@ func SetTablePayloadLimits(ctx context.Context, db DB, l PayloadLimits) error {
 		_, err := tx.Exec(ctx, resetLockTimeoutSQL, prev)
 		return err
 	}
-	var err error
-	switch b := db.(type) {
-	case txBeginner:
-		err = pgx.BeginTxFunc(ctx, b, readCommitted, set)
-	case beginner:
-		err = pgx.BeginFunc(ctx, b, set)
-	default:
+	ok, err := transact(ctx, db, set)
+	if !ok {
 		return errors.New("set the table's payload limits: needs a pool, a connection or a transaction")
 	}
 	var pgErr *pgconn.PgError

@@ -147,18 +147,12 @@ func insertEach(ctx context.Context, db DB, rows []insertRow) ([]int64, error) {
 		return ids, nil
 	}
 	var ids []int64
-	in := func(tx pgx.Tx) error {
+	ok, err := transact(ctx, db, func(tx DB) error {
 		var err error
 		ids, err = do(tx)
 		return err
-	}
-	var err error
-	switch b := db.(type) {
-	case txBeginner: // a pool or a connection: a transaction of our own
-		err = pgx.BeginTxFunc(ctx, b, readCommitted, in)
-	case beginner: // the caller's transaction: a savepoint, at its isolation
-		err = pgx.BeginFunc(ctx, b, in)
-	default:
+	})
+	if !ok {
 		return do(db)
 	}
 	return ids, err

@@ -48,7 +48,8 @@ const exampleTimeout = 3 * time.Minute
 //   - go: a program (package main) built and run; a fragment compiled as
 //     the body of a function given ctx, pool (a *pgxpool.Pool on FILA_DSN),
 //     dsn and kinds (a []runtime.Kind), and run, its variables counting as
-//     used by the rest of that function;
+//     used by the rest of that function; one that opens a database/sql
+//     driver by name (sql.Open("pgx", dsn)) gets the driver imported;
 //   - yaml: a configuration file, checked by fila work --config --check with
 //     only FILA_DSN set.
 //
@@ -369,7 +370,7 @@ func runConfig(t *testing.T, ctx context.Context, code string, env []string) {
 // them, by the name it uses them by.
 var goPackages = map[string]string{
 	"context": "context", "errors": "errors", "fmt": "fmt", "http": "net/http", "json": "encoding/json",
-	"log": "log", "os": "os", "time": "time", "slog": "log/slog",
+	"log": "log", "os": "os", "sql": "database/sql", "time": "time", "slog": "log/slog",
 	"pgx":        "github.com/jackc/pgx/v5",
 	"pgxpool":    "github.com/jackc/pgx/v5/pgxpool",
 	"prometheus": "github.com/prometheus/client_golang/prometheus",
@@ -379,6 +380,10 @@ var goPackages = map[string]string{
 	"slogfila":   "github.com/fila-run/fila/runtime/slogfila",
 	"migrations": "github.com/fila-run/fila/migrations",
 }
+
+// sqlDriverPackages are the database/sql drivers a Go fragment may open by
+// name, imported for their registration alone.
+var sqlDriverPackages = map[string]string{"pgx": "github.com/jackc/pgx/v5/stdlib"}
 
 // runGo builds a Go example in a module of its own that uses this
 // repository, and runs it.
@@ -445,11 +450,21 @@ func goFragment(t *testing.T, code string) string {
 		}
 	}
 	slices.Sort(imports)
+	var drivers []string
+	for name, path := range sqlDriverPackages {
+		if strings.Contains(code, `sql.Open("`+name+`"`) {
+			drivers = append(drivers, path)
+		}
+	}
+	slices.Sort(drivers)
 	program := func(uses string) string {
 		var b strings.Builder
 		b.WriteString("package main\n\nimport (\n")
 		for _, p := range imports {
 			fmt.Fprintf(&b, "\t%q\n", p)
+		}
+		for _, p := range drivers {
+			fmt.Fprintf(&b, "\t_ %q\n", p)
 		}
 		b.WriteString(`)
 
