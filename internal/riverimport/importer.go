@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,7 +57,8 @@ type importer struct {
 	cfg         Config
 	fila, river *pgxpool.Pool
 	same        bool // River's tables are in the Fila database
-	table       string
+	table       string // river_job's name in SQL
+	name        string // and in messages
 	limits      runtime.PayloadLimits
 	log         *zap.Logger
 }
@@ -79,7 +81,7 @@ func (im *importer) run(ctx context.Context) (*Report, error) {
 	}
 	if n := byState[stateRunning]; n > 0 && !im.cfg.IncludeRunning {
 		return nil, fmt.Errorf("%w: %d in %s. Stop every River worker first (Client.Stop), then import them as retryable with --include-running (IncludeRunning)",
-			ErrRunning, n, im.table)
+			ErrRunning, n, im.name)
 	}
 	states := []string{stateAvailable, stateScheduled, stateRetryable}
 	if im.cfg.IncludeRunning {
@@ -98,7 +100,7 @@ func (im *importer) run(ctx context.Context) (*Report, error) {
 	for _, s := range states {
 		total += byState[s]
 	}
-	im.log.Info("import starting", zap.String("river_table", im.table), zap.Strings("states", states),
+	im.log.Info("import starting", zap.String("river_table", im.name), zap.Strings("states", states),
 		zap.Int64("river_jobs", total), zap.Int("batch_size", im.cfg.BatchSize), zap.Bool("dry_run", im.cfg.DryRun))
 
 	moved := tally{}
@@ -134,9 +136,10 @@ func (im *importer) run(ctx context.Context) (*Report, error) {
 func (im *importer) check(ctx context.Context) error {
 	id := riverTable(im.cfg.Schema)
 	im.table = id.Sanitize()
+	im.name = strings.Join(id, ".")
 	var exists bool
 	if err := im.river.QueryRow(ctx, tableSQL, im.table).Scan(&exists); err != nil {
-		return fmt.Errorf("look for River's table %s: %w", im.table, err)
+		return fmt.Errorf("look for River's table %s: %w", im.name, err)
 	}
 	if !exists {
 		where := "the connection's search_path"
