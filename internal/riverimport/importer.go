@@ -56,7 +56,7 @@ func Import(ctx context.Context, fila *pgxpool.Pool, cfg Config) (*Report, error
 type importer struct {
 	cfg         Config
 	fila, river *pgxpool.Pool
-	same        bool // River's tables are in the Fila database
+	same        bool   // River's tables are in the Fila database
 	table       string // river_job's name in SQL
 	name        string // and in messages
 	limits      runtime.PayloadLimits
