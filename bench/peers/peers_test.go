@@ -235,7 +235,12 @@ func TestParseFlags(t *testing.T) {
 // runs a dozen scenarios in one process, so a leak in one would load the
 // ones after it.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// internal/testdb (the import tests' databases) keeps one
+		// administrative pool for the whole test binary.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
+	)
 }
 
 // TestExactlyOnceCatches proves the SQL checks fail when a job ran twice or
