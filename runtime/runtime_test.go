@@ -242,9 +242,12 @@ func TestScheduledJobRunsOnTimeWithoutPolling(t *testing.T) {
 	// A job inserted before any claim, by plain SQL: no notification (it is
 	// not runnable yet), so the worker must learn of it from its timer, which
 	// it sets at its next claim: trigger one with another job.
+	// Timed from before the insert: its run_at is the statement's now()
+	// plus 1 s, and on a loaded machine the reply may come well after
+	// that now().
+	inserted := time.Now()
 	_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (kind, run_at) VALUES ('later', now() + interval '1 second')`)
 	require.NoError(t, err)
-	inserted := time.Now()
 	_, err = runtime.Insert(ctx, db.Pool, "other-kind-wakes-the-claimer", nil, &runtime.InsertOpts{Queue: "default", MaxAttempts: 1})
 	require.NoError(t, err)
 	select {

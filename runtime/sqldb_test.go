@@ -31,8 +31,14 @@ func openSQL(t testing.TB, driver string, db *testdb.DB) *sql.DB {
 		require.NoError(t, err)
 		s = stdlib.OpenDB(*cfg)
 	default:
+		// lib/pq asks for TLS unless told not to, and the shared PgBouncer
+		// has none: the DSN says what pgx's parser defaults to.
+		dsn := db.DSN
+		if !strings.Contains(dsn, "sslmode=") {
+			dsn += map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")] + "sslmode=disable"
+		}
 		var err error
-		s, err = sql.Open(driver, db.DSN)
+		s, err = sql.Open(driver, dsn)
 		require.NoError(t, err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
