@@ -34,8 +34,18 @@ func openSQL(t testing.TB, driver string, db *testdb.DB) *sql.DB {
 		// lib/pq asks for TLS unless told not to, and the shared PgBouncer
 		// has none: the DSN says what pgx's parser defaults to.
 		dsn := db.DSN
+		add := func(param string) {
+			dsn += map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")] + param
+		}
 		if !strings.Contains(dsn, "sslmode=") {
-			dsn += map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")] + "sslmode=disable"
+			add("sslmode=disable")
+		}
+		if testdb.ThroughPgBouncer() {
+			// lib/pq prepares an unnamed statement in one round trip and
+			// binds it in the next, which a transaction-mode PgBouncer may
+			// send to another server connection; with binary_parameters it
+			// sends both at once (docs/go-api.md says so).
+			add("binary_parameters=yes")
 		}
 		var err error
 		s, err = sql.Open(driver, dsn)
