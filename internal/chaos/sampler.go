@@ -36,11 +36,14 @@ func (w lockWait) String() string {
 	return fmt.Sprintf("session %d (%s) waited %d samples behind %s", w.pid, w.waiter, w.samples, w.blocker)
 }
 
-// filaStatements are the functions whose calls are Fila's statements that
-// run as a transaction of their own (claimer/sql.go): claim, outcomes,
-// heartbeats, release, and the sleep protocol.
+// filaStatements mark Fila's statements that run as a transaction of their
+// own (claimer/sql.go): claim, claim by id (as a call, or its statement sent
+// directly), outcomes, heartbeats, release, and the sleep protocol.
+// TestSamplerKnowsEveryClaimerStatement keeps this list in step with
+// claimer/sql.go.
 var filaStatements = []string{
-	"fila_claim(", "fila_finish(", "fila_heartbeat(", "fila_release(", "fila_sleep(",
+	"fila_claim(", "fila_claim_id(", "/* fila_claim_id */", "fila_finish(", "fila_complete(",
+	"fila_heartbeat(", "fila_release(", "fila_sleep(",
 }
 
 // blame records who the session waits for. With no blocker left (the wait
