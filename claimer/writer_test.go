@@ -2,6 +2,7 @@ package claimer_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -253,16 +254,19 @@ func TestCompletionWaitsForADependentsLock(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = tx.Exec(ctx, `SELECT 1 FROM fila_jobs WHERE id = $1::bigint FOR UPDATE`, dependent)
 	require.NoError(t, err)
-	released := make(chan struct{})
+	// The lock goes once the completion is seen waiting on it: the test
+	// then knows the statement met the lock, however slow the machine.
+	var lockPID int32
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&lockPID))
+	released := make(chan error, 1)
 	go func() {
-		defer close(released)
-		time.Sleep(300 * time.Millisecond)
+		released <- waitUntilBlocked(ctx, db, lockPID)
 		_ = tx.Rollback(ctx)
 	}()
 
 	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: jobs[0].Attempt, OK: true}})
 	require.NoError(t, err, "the completion waits for the dependent's lock instead of failing")
-	<-released
+	require.NoError(t, <-released, "the completion never waited on the dependent's lock")
 	require.Equal(t, "completed", statesByKey(fin)[jobs[0].Key()])
 	st, _, _ = jobRow(t, db, dependent)
 	require.Equal(t, "pending", st, "the dependent runs once its dependency completed")
@@ -302,4 +306,22 @@ func TestCompletionKeepsTheCallersLockTimeout(t *testing.T) {
 			require.Equal(t, []int64{j.ID}, done)
 		}
 	}
+}
+
+// waitUntilBlocked returns once a session waits on a lock held by the
+// session pid, or with an error after ten seconds.
+func waitUntilBlocked(ctx context.Context, db *testdb.DB, pid int32) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); <-tick.C {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = $1::text AND $2::int = ANY (pg_blocking_pids(pid))`, db.Name, pid).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("no session waited on session %d's lock within 10s", pid)
 }
