@@ -260,13 +260,25 @@ func TestCompletionWaitsForADependentsLock(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&lockPID))
 	released := make(chan error, 1)
 	go func() {
-		released <- waitUntilBlocked(ctx, db, lockPID)
+		err := waitUntilBlocked(ctx, db, lockPID)
+		// Rolled back before the result is sent: the deferred rollback
+		// then never runs beside this one on the same connection.
 		_ = tx.Rollback(ctx)
+		released <- err
 	}()
+	var waitErr error
+	waited := false
+	wait := func() error {
+		if !waited {
+			waitErr, waited = <-released, true
+		}
+		return waitErr
+	}
+	defer func() { _ = wait() }() // runs before the deferred rollback
 
 	fin, err := s.Finish(ctx, []claimer.Outcome{{Attempt: jobs[0].Attempt, OK: true}})
 	require.NoError(t, err, "the completion waits for the dependent's lock instead of failing")
-	require.NoError(t, <-released, "the completion never waited on the dependent's lock")
+	require.NoError(t, wait(), "the completion never waited on the dependent's lock")
 	require.Equal(t, "completed", statesByKey(fin)[jobs[0].Key()])
 	st, _, _ = jobRow(t, db, dependent)
 	require.Equal(t, "pending", st, "the dependent runs once its dependency completed")
