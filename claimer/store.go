@@ -1,6 +1,7 @@
 package claimer
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -188,20 +189,43 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 	// One set of destinations for every row: a batch of a thousand rows
 	// scanned into fresh pointers made a dozen allocations a row. The kind
 	// is read in place and matched to one of kinds, whose string the job
-	// shares; the payload and metadata are copied, as the job keeps them.
+	// shares; the payload and metadata are read in place too and copied
+	// into a block shared by several jobs, as are the jobs themselves
+	// (see jobBlock and textBlock).
 	var (
 		id, priority, attempts, maxAttempt, rescued pgtype.Int8
-		kind                                        pgtype.DriverBytes
+		kind, payload, metadata                     pgtype.DriverBytes
 		createdAt, started                          pgtype.Timestamptz
 		waitMs, nextDue                             pgtype.Float8
 		// Scanned into afresh for each row (pgx makes a new slice for each
 		// value), so the job keeps its own.
-		payload, metadata []byte
-		tags              []string
+		tags []string
+		// Blocks the rows are copied into.
+		jobs []Job
+		text []byte
 	)
+	keep := func(b []byte) json.RawMessage {
+		if b == nil {
+			return nil
+		}
+		if len(b) > textBlock/4 {
+			return json.RawMessage(bytes.Clone(b))
+		}
+		if cap(text)-len(text) < len(b) {
+			text = make([]byte, 0, textBlock)
+		}
+		start := len(text)
+		text = append(text, b...)
+		// Capped at its end: a handler appending to its payload copies it
+		// rather than writing over the next job's.
+		return json.RawMessage(text[start:len(text):len(text)])
+	}
+	// Made once: built in the call, the list of destinations was an
+	// allocation per row.
+	dest := []any{&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
+		&waitMs, &rescued, &nextDue, &metadata, &tags}
 	for rows.Next() {
-		if err := rows.Scan(&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
-			&waitMs, &rescued, &nextDue, &metadata, &tags); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("claim: scan: %w", err)
 		}
 		if !id.Valid { // the summary row
@@ -214,13 +238,16 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 			}
 			continue
 		}
-		j := &Job{
-			Attempt: Attempt{ID: id.Int64, Attempt: int(attempts.Int64), StartedAt: started.Time},
-			Queue:   queue, Kind: kindOf(kind, kinds), Payload: json.RawMessage(payload), Priority: int16(priority.Int64),
-			MaxAttempts: int(maxAttempt.Int64), CreatedAt: createdAt.Time, Wait: fromMs(waitMs.Float64), Tags: tags,
+		if len(jobs) == 0 {
+			jobs = make([]Job, max(1, min(jobBlock, limit-len(res.Jobs))))
 		}
-		if metadata != nil {
-			j.Metadata = json.RawMessage(metadata)
+		j := &jobs[0]
+		jobs = jobs[1:]
+		*j = Job{
+			Attempt: Attempt{ID: id.Int64, Attempt: int(attempts.Int64), StartedAt: started.Time},
+			Queue:   queue, Kind: kindOf(kind, kinds), Payload: keep(payload), Priority: int16(priority.Int64),
+			MaxAttempts: int(maxAttempt.Int64), CreatedAt: createdAt.Time, Wait: fromMs(waitMs.Float64), Tags: tags,
+			Metadata: keep(metadata),
 		}
 		res.Jobs = append(res.Jobs, j)
 	}
@@ -229,6 +256,16 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 	}
 	return nil
 }
+
+// jobBlock is how many claimed jobs share an allocation, and textBlock the
+// size of the blocks their payloads and metadata are copied into (a larger
+// one has its own): one allocation per job and two per payload were most
+// of a drain's. The runtime copies what it keeps of a job, so a block
+// lives only while a payload of it does.
+const (
+	jobBlock  = 64
+	textBlock = 8 << 10
+)
 
 // kindOf returns the one of kinds that b names, or a copy of b when none
 // does.

@@ -60,9 +60,8 @@ type completer struct {
 
 // attempt is one owned attempt.
 type attempt struct {
-	a      claimer.Attempt
-	job    *Job
-	cancel context.CancelCauseFunc
+	a   claimer.Attempt
+	job *Job // its context (job.ctx) is how the completer stops the handler
 	// leaseEnd is the local monotonic time before which the database's lease
 	// surely holds: the send time of the statement that last extended it,
 	// plus the lease.
@@ -123,10 +122,10 @@ func newCompleter(rt *Runtime) *completer {
 
 // own takes an attempt the moment it is claimed. sent is when the claim
 // statement was sent: the database's lease began after it.
-func (c *completer) own(a claimer.Attempt, job *Job, cancel context.CancelCauseFunc, sent time.Time) {
+func (c *completer) own(a claimer.Attempt, job *Job, sent time.Time) {
 	lease := c.rt.cfg.Lease
 	at := &job.own
-	*at = attempt{a: a, job: job, cancel: cancel, leaseEnd: sent.Add(lease), beatAt: sent.Add(seenDelay), heapIndex: -1}
+	*at = attempt{a: a, job: job, leaseEnd: sent.Add(lease), beatAt: sent.Add(seenDelay), heapIndex: -1}
 	key := a.Key()
 	stopAt := at.leaseEnd.Add(-leaseMargin(lease))
 	job.setOwnedUntil(stopAt)
@@ -140,6 +139,20 @@ func (c *completer) own(a claimer.Attempt, job *Job, cancel context.CancelCauseF
 		case c.kick <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// cancelAll stops the handler of every attempt owned, with cause: work is
+// cancelled (a hard stop, or the end of a graceful stop's time).
+func (c *completer) cancelAll(cause error) {
+	c.mu.Lock()
+	jobs := make([]*Job, 0, len(c.owned))
+	for _, at := range c.owned {
+		jobs = append(jobs, at.job)
+	}
+	c.mu.Unlock()
+	for _, j := range jobs {
+		j.ctx.stop(cause)
 	}
 }
 
@@ -531,11 +544,11 @@ func (c *completer) heartbeatLoop(ctx context.Context) {
 				}
 			case status == claimer.Cancelled:
 				cancelled++
-				at.cancel(ErrCancelled)
+				at.job.ctx.stop(ErrCancelled)
 				at.beatAt = now.Add(cfg.HeartbeatInterval)
 			default:
 				lost++
-				at.cancel(ErrLeaseLost)
+				at.job.ctx.stop(ErrLeaseLost)
 				at.beatAt = now.Add(cfg.HeartbeatInterval)
 			}
 		}

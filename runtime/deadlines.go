@@ -136,7 +136,7 @@ func (c *completer) deadlinesDue() {
 			continue
 		}
 		at.expired = true
-		at.cancel(ErrLeaseDeadline)
+		at.job.ctx.stop(ErrLeaseDeadline)
 		ended = append(ended, at)
 	}
 	c.armLocked()

@@ -26,8 +26,10 @@ func TestDeadlinesStopOnlyWhatIsDue(t *testing.T) {
 		ctx context.Context
 	}
 	add := func(id int64, stopAt time.Time) tracked {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		at := &attempt{a: claimer.Attempt{ID: id, Attempt: 1}, cancel: cancel, heapIndex: -1, leaseEnd: stopAt.Add(time.Second)}
+		job := &Job{ID: id}
+		job.ctx.values = context.Background()
+		at := &attempt{a: claimer.Attempt{ID: id, Attempt: 1}, job: job, heapIndex: -1, leaseEnd: stopAt.Add(time.Second)}
+		ctx := context.Context(&job.ctx)
 		c.mu.Lock()
 		c.owned[at.a.Key()] = at
 		c.watchLocked(at, stopAt)

@@ -31,9 +31,11 @@ type result struct {
 }
 
 // execute runs one attempt's handler and hands its result to the completer.
-// cancel is the attempt's own cancellation, through which the completer
-// stops a handler whose lease was lost or whose job was cancelled.
-func (r *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, job *Job) {
+// The handler's context is the job's own (job.ctx), through which the
+// completer stops a handler whose lease was lost or whose job was
+// cancelled.
+func (r *Runtime) execute(job *Job) {
+	ctx := &job.ctx
 	start := time.Now()
 	var stuck *time.Timer
 	if r.cfg.StuckAfter > 0 {
@@ -43,8 +45,8 @@ func (r *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, j
 	if stuck != nil {
 		stuck.Stop()
 	}
-	cause := context.Cause(ctx)
-	cancel(nil)
+	cause := job.ctx.causeOf()
+	job.ctx.stop(nil)
 	res := r.mapResult(job, err, cause)
 	res.took = time.Since(start)
 	if res.kind == resultFailed && r.cfg.ErrorHandler != nil {

@@ -32,6 +32,18 @@ type producer struct {
 	running atomic.Int32
 	freed   chan struct{} // a handler of this queue returned; capacity 1
 
+	// Handlers run on long-lived executor goroutines rather than one
+	// goroutine per job: a goroutine per job cost its creation, a fresh
+	// stack grown by copying, and its freeing, a large part of the Go CPU
+	// of a drain. work hands a claimed attempt to an idle executor; idle
+	// counts the executors that will receive from work (each dispatch
+	// reserves one, and starts a new executor when none is left), so an
+	// attempt never waits in work behind a handler that still runs. There
+	// are never more executors than the queue's limit: a new one starts
+	// only while every other runs a handler, each holding a slot.
+	work chan *Job
+	idle atomic.Int32
+
 	// Used by run's goroutine only.
 	quiet    *quiet      // ModeNotify's sleeping and polling; nil in the other modes
 	wal      walRecheck  // ModeWAL's rechecks
@@ -58,6 +70,7 @@ func newProducer(rt *Runtime, queue string) (*producer, error) {
 	}
 	p := &producer{rt: rt, queue: queue, limit: rt.cfg.concurrency(queue), poller: poller,
 		log: rt.log.With(zap.String("queue", queue)), freed: make(chan struct{}, 1)}
+	p.work = make(chan *Job, p.limit)
 	if rt.cfg.Mode == ModeNotify {
 		p.quiet = newQuiet(rt.cfg.BusyRate)
 	}
@@ -353,8 +366,14 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 // claim statement was sent.
 func (p *producer) dispatchClaimed(res *claimer.ClaimResult, sent time.Time) {
 	jobs := make([]*Job, len(res.Jobs))
+	var block []Job
 	for i, cj := range res.Jobs {
-		jobs[i] = newJob(cj)
+		if len(block) == 0 {
+			block = make([]Job, min(jobBlock, len(res.Jobs)-i))
+		}
+		jobs[i] = &block[0]
+		block = block[1:]
+		jobs[i].fill(cj)
 	}
 	p.rt.cfg.Observer.Claimed(p.queue, jobs, res.Rescued)
 	for _, j := range jobs {
@@ -374,14 +393,48 @@ func (p *producer) dispatch(job *Job, sent time.Time) {
 	p.running.Add(1)
 	rt.claimed.Add(1)
 	rt.handlers.Add(1)
-	hctx, cancel := context.WithCancelCause(rt.workCtx)
-	rt.completer.own(job.attempt(), job, cancel, sent)
-	go func() {
-		defer rt.handlers.Done()
-		defer p.release()
-		rt.execute(hctx, cancel, job)
-	}()
+	job.ctx.values = rt.jobValues
+	rt.completer.own(job.attempt(), job, sent)
+	if rt.workCtx.Err() != nil {
+		// Work was cancelled before the completer owned it: its cancelAll
+		// did not see this one.
+		job.ctx.stop(context.Cause(rt.workCtx))
+	}
+	if p.idle.Add(-1) >= 0 {
+		p.work <- job // an executor reserved to receive it: never blocks
+		return
+	}
+	p.idle.Add(1)
+	go p.executor(job)
 }
+
+// executor runs job, then every attempt work hands it, until work is
+// closed (the producer stopped claiming).
+func (p *producer) executor(job *Job) {
+	for {
+		p.execute(job)
+		job = nil // hold no finished job while idle
+		// Idle before the slot is freed: the claim the freed slot allows
+		// then finds this executor instead of starting another.
+		p.idle.Add(1)
+		p.release()
+		var ok bool
+		if job, ok = <-p.work; !ok {
+			return
+		}
+	}
+}
+
+// execute runs one attempt's handler on an executor.
+func (p *producer) execute(job *Job) {
+	defer p.rt.handlers.Done()
+	p.rt.execute(job)
+}
+
+// stopExecutors lets idle executors end once the producer claims no more
+// (run has returned: nothing dispatches to work any more). Busy ones end
+// after their handler.
+func (p *producer) stopExecutors() { close(p.work) }
 
 // release frees the handler slot of an attempt whose handler returned (its
 // outcome may not be durable yet: the completer still owns the attempt).

@@ -107,10 +107,13 @@ type Runtime struct {
 	lastCtx      context.Context // see Run; set before the producers start
 	claimTimeout time.Duration   // claimTimeoutDefault
 
-	ctlMu         sync.Mutex // guards the fields below, which Run sets
-	stopClaiming  context.CancelFunc
-	cancelWork    context.CancelCauseFunc
-	workCtx       context.Context
+	ctlMu        sync.Mutex // guards the fields below, which Run sets
+	stopClaiming context.CancelFunc
+	cancelWork   context.CancelCauseFunc
+	workCtx      context.Context
+	// jobValues is what every handler's context carries: the values of the
+	// context Run was given, not its cancellation (see jobContext).
+	jobValues     context.Context
 	stopRequested bool // Stop was called; a Run not yet set up returns at once
 
 	handlers sync.WaitGroup
@@ -298,7 +301,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		cancelWorkCause(cause)
 	}
 	r.ctlMu.Lock()
-	r.stopClaiming, r.cancelWork, r.workCtx = stopClaiming, cancelWork, workCtx
+	r.stopClaiming, r.cancelWork, r.workCtx, r.jobValues = stopClaiming, cancelWork, workCtx, context.WithoutCancel(ctx)
 	stopped := r.stopRequested
 	r.ctlMu.Unlock()
 	defer stopClaiming()
@@ -338,6 +341,10 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	bgCtx, cancelBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBackground()
 	r.completer = newCompleter(r)
+	// Handlers' contexts are not children of workCtx (see jobContext):
+	// cancelling work cancels each owned attempt's.
+	stopHandlers := context.AfterFunc(workCtx, func() { r.completer.cancelAll(context.Cause(workCtx)) })
+	defer stopHandlers()
 	// The stop begins when claiming stops (Stop, or ctx done), not when
 	// every component has returned: one may wait on a locked table until
 	// the deadline, and an attempt whose lease deadline passes meanwhile
@@ -365,6 +372,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 			var once sync.Once
 			claimed := func() { once.Do(claimedOnce.Done) }
 			defer claimed()
+			defer p.stopExecutors()
 			return p.run(gctx, claimed)
 		})
 	}
