@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fila-run/fila/internal/testdb"
 )
@@ -238,15 +239,27 @@ func TestServerDownRetriesWithoutHotLoop(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
 
-	// Let it retry for a while: the point is how many attempts fit in it.
-	// The backoff starts at 100 ms and grows by half (±50% jitter): about
-	// five attempts fit in 1.5 s, seven at most. A retry every 100 ms would
-	// make fifteen, and a hot loop hundreds. A loaded machine makes fewer,
-	// so it is given more time to show that it keeps retrying.
-	time.Sleep(1500 * time.Millisecond)
-	failures := func() int { return logs.FilterMessage("connect failed; retrying").Len() }
-	require.LessOrEqual(t, failures(), 10, "it must back off, not retry at a fixed pace or spin")
-	require.Eventually(t, func() bool { return failures() >= 3 }, 10*time.Second, 10*time.Millisecond, "it must keep retrying")
+	// Judged by the delays it logs, not by how many attempts fit in a
+	// window (a loaded machine makes fewer): the backoff starts at 100 ms
+	// and grows by half, ±50% jitter, so the fifth delay is at least 253 ms
+	// whatever the jitter, where a retry at a fixed pace or a hot loop
+	// would log the first's (at most 150 ms) again. And it waits what it
+	// says: the fifth attempt comes no sooner than the four delays before it.
+	failed := func() []observer.LoggedEntry { return logs.FilterMessage("connect failed; retrying").All() }
+	require.Eventually(t, func() bool { return len(failed()) >= 5 }, 60*time.Second, 10*time.Millisecond, "it must keep retrying")
+	entries := failed()
+	delay := func(i int) time.Duration {
+		d, ok := entries[i].ContextMap()["next_delay"].(time.Duration)
+		require.True(t, ok, "attempt %d logs its next_delay: %v", i+1, entries[i].ContextMap())
+		return d
+	}
+	require.Greater(t, delay(4), 150*time.Millisecond, "it must back off, not retry at a fixed pace or spin")
+	var waited time.Duration
+	for i := range 4 {
+		waited += delay(i)
+	}
+	require.GreaterOrEqual(t, entries[4].Time.Sub(entries[0].Time), waited-10*time.Millisecond,
+		"the fifth attempt came before the delays logged had passed")
 	cancel()
 	select {
 	case err := <-done:

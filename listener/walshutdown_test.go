@@ -31,7 +31,17 @@ func TestWALConfirmsOnlyWhatTheServerSent(t *testing.T) {
 	exec(t, db, "INSERT INTO fila_jobs (kind, payload) VALUES ('big', ("+bigPayload+"))")
 	waitWake(t, w, "a wake for the large insert")
 	waitCaughtUp(t, db)
-	time.Sleep(300 * time.Millisecond) // a few more status reports
+	// A few more status reports, each one a later reply_time.
+	var seen []time.Time
+	require.Eventually(t, func() bool {
+		var at *time.Time
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT reply_time FROM pg_stat_replication WHERE pid = $1`, pid).Scan(&at))
+		if at != nil && (len(seen) == 0 || at.After(seen[len(seen)-1])) {
+			seen = append(seen, *at)
+		}
+		return len(seen) >= 4
+	}, 30*time.Second, 20*time.Millisecond, "the source sends status reports")
 	var ahead bool
 	var flushed, end string
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
