@@ -8,10 +8,11 @@
 #   1. scripts/setup.sh: PostgreSQL with wal_level=logical on 127.0.0.1:5432,
 #      the shared PgBouncer on 127.0.0.1:6432, Go modules.
 #   2. gofmt -l and go vet ./...
-#   3. TestHA alone: the switchover and failover of a Patroni cluster of its
-#      own. Patroni's timing is real time, so it runs while nothing else
-#      loads the machine (on two saturated cores its REST API stopped
-#      answering for minutes).
+#   3. TestHA: the switchover and failover of a Patroni cluster of its
+#      own. Patroni's timing is real time, so nothing else that needs
+#      timing runs beside it (on two saturated cores its REST API stopped
+#      answering for minutes); passes 2 and 7, which need none, run beside
+#      it at a lower priority (nice), and print once it is over.
 #   4. go test -race ./... straight to PostgreSQL, but for cmd/fila: its
 #      tests run the fila binary in processes of their own, where the race
 #      detector does not reach, so they run once, in the next pass.
@@ -80,6 +81,37 @@ pass() {
 	fi
 }
 
+# bg_pass runs a pass in the background beside the ones that follow, at
+# nice 10 so that they keep the CPU they need, its output kept until
+# collect_bg prints it whole; collect_bg waits for every
+# pass started so, and counts a failure as pass does.
+bg_dir=$(mktemp -d)
+trap 'rm -rf "$bg_dir"' EXIT
+bg_names=()
+bg_pids=()
+bg_pass() {
+	local i=${#bg_names[@]}
+	bg_names+=("$1")
+	(
+		failed=()
+		renice -n 10 -p $BASHPID >/dev/null
+		pass "$@"
+		[ "${#failed[@]}" -eq 0 ]
+	) >"$bg_dir/$i.log" 2>&1 &
+	bg_pids+=($!)
+}
+collect_bg() {
+	local i
+	for i in "${!bg_names[@]}"; do
+		if ! wait "${bg_pids[$i]}"; then
+			failed+=("${bg_names[$i]}")
+		fi
+		cat "$bg_dir/$i.log"
+	done
+	bg_names=()
+	bg_pids=()
+}
+
 lint() {
 	local unformatted
 	unformatted=$(gofmt -l .)
@@ -105,9 +137,17 @@ scripts/setup.sh
 # instead of skipping (see internal/testdb.Missing).
 export FILA_TEST_REQUIRE=all
 
-pass "gofmt and go vet" lint
-pass "TestHA: a Patroni cluster's switchover and failover, alone" \
+# TestHA spends most of its minute and a half waiting on Patroni's
+# switchover and failover: the lint and the peers' tests, which need no
+# timing of their own, run beside it, niced (see bg_pass).
+bg_pass "gofmt and go vet" lint
+if [ -f bench/peers/go.mod ]; then
+	bg_pass "bench/peers: go vet, go test and npm test" \
+		bash -c 'cd bench/peers && go vet ./... && go test -count=1 ./... && cd node && npm test'
+fi
+pass "TestHA: a Patroni cluster's switchover and failover, beside the lint and bench/peers" \
 	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 5m -run '^TestHA$' ./internal/chaos
+collect_bg
 # longest_first prints the packages it reads, the longest-running first. go
 # test runs two packages at a time and starts them in the order given: in
 # the order of their names, runtime (the longest) started at 193 s of a
@@ -135,10 +175,6 @@ pass "go test (main DSNs through PgBouncer)" \
 	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m $bouncer_pkgs
 pass "internal/chaos through PgBouncer, alone" \
 	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m ./internal/chaos
-if [ -f bench/peers/go.mod ]; then
-	pass "bench/peers: go vet, go test and npm test" \
-		bash -c 'cd bench/peers && go vet ./... && go test -count=1 ./... && cd node && npm test'
-fi
 
 header "summary"
 if [ "${#bouncer_crashed[@]}" -gt 0 ]; then
