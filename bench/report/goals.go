@@ -42,7 +42,12 @@ const (
 	// tuned drain.
 	DrainOverPeer = 2.0
 	// DrainOverSQLFloor: drain at least this share of the raw SQL floor.
-	DrainOverSQLFloor = 0.7
+	DrainOverSQLFloor = 0.8
+	// DrainCPUPerJobUs: the Go process's CPU per job of the drain, at most
+	// this many microseconds, on a drain of at least DrainCPUMinJobs jobs
+	// (a shorter one is mostly start-up).
+	DrainCPUPerJobUs = 4.0
+	DrainCPUMinJobs  = 100_000
 	// MinSamples: a latency goal is decided only on rows with at least this
 	// many pickups, so that a p50 stands for more than noise.
 	MinSamples = 200
@@ -107,7 +112,7 @@ func Goals(in GoalInput) []Goal {
 	}
 	gs = append(gs, vsBestPeer(in.Latency, bench.ModeNotify, P99Rate, "p99", p99))
 	gs = append(gs, highRateProducers(in.Latency), vsBestPeer(in.Latency, HighRateMode, HighRate, "p50", p50))
-	gs = append(gs, drainVsPeers(in.Throughput), drainVsSQLFloor(in.Throughput))
+	gs = append(gs, drainVsPeers(in.Throughput), drainVsSQLFloor(in.Throughput), drainCPUGoal(in.Throughput))
 	gs = append(gs, soakGoals(in.Soak)...)
 	gs = append(gs, bigTableGoal(in.BigTable), idleGoal(in.Idle), idleQueuesGoal(in.Idle))
 	gs = append(gs, execGoal(in.Exec), insertColdGoal(in.InsertCost))
@@ -321,6 +326,22 @@ func drainVsSQLFloor(ts []bench.ThroughputResult) Goal {
 	}
 	return atLeast(target, d.JobsPerSec, DrainOverSQLFloor*f.JobsPerSec, "%.0f/s vs %.0f/s, %s",
 		d.JobsPerSec, f.JobsPerSec, Ratio(d.JobsPerSec, f.JobsPerSec))
+}
+
+// drainCPUGoal judges the Go CPU per job of the untyped drain.
+func drainCPUGoal(ts []bench.ThroughputResult) Goal {
+	target := fmt.Sprintf("Go CPU of a %d-job drain ≤ %.0f µs a job", DrainCPUMinJobs, DrainCPUPerJobUs)
+	d, ok := findThroughput(ts, bench.SystemFila, bench.ThroughputDrain)
+	switch {
+	case !ok:
+		return notMeasured(target, "no fila drain: run the drain scenario")
+	case d.GoCPUMs == 0 || d.Jobs == 0:
+		return notMeasured(target, "the drain's CPU was not read")
+	case d.Jobs < DrainCPUMinJobs:
+		return notMeasured(target, "the drain had %d jobs: run it with --drain-jobs %d", d.Jobs, DrainCPUMinJobs)
+	}
+	perJob := d.GoCPUMs * 1000 / float64(d.Jobs)
+	return atMost(target, perJob, DrainCPUPerJobUs, "%.1f µs a job (garbage collector %.1f)", perJob, d.GoGCCPUMs*1000/float64(d.Jobs))
 }
 
 // SoakSizeOK reports whether every window's table size stayed within
