@@ -446,6 +446,9 @@ func printJob(w io.Writer, j *runtime.JobPreview) {
 	} else {
 		field("last error", singleLine(j.LastError, 200))
 	}
+	if j.WorkflowID != nil {
+		field("workflow", fmt.Sprintf("%d, step %s (fila workflow show %d)", *j.WorkflowID, termLine(j.WorkflowStep), *j.WorkflowID))
+	}
 	if len(j.Tags) > 0 {
 		field("tags", termLine(strings.Join(j.Tags, ", ")))
 	}
