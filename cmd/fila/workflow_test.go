@@ -70,6 +70,15 @@ WHERE id = ANY ($1::bigint[])`, []int64{a, b, d})
 	require.Regexp(t, fmt.Sprintf(`(?m)^b\s+%d\s+noop\s+dead\s+1/5\s+a\s.*smtp said no$`, b), out)
 	require.Regexp(t, fmt.Sprintf(`(?m)^c\s+%d\s+noop\s+dead\s+0/5\s+b\s.*dependency %d ended dead$`, c, b), out)
 
+	seedState(t, db, "noop", "dead") // a job of no workflow
+	out, errOut, code = fila(t, db, "jobs", "list", "--workflow", fmt.Sprint(wf.ID), "--json")
+	require.Zero(t, code, errOut)
+	var inWorkflow []runtime.JobRow
+	require.NoError(t, json.Unmarshal([]byte(out), &inWorkflow))
+	require.Len(t, inWorkflow, 4, "its jobs only")
+	require.Equal(t, d, inWorkflow[0].ID)
+	require.Equal(t, "d", inWorkflow[0].WorkflowStep)
+
 	out, errOut, code = fila(t, db, "jobs", "show", fmt.Sprint(c))
 	require.Zero(t, code, errOut)
 	require.Regexp(t, fmt.Sprintf(`(?m)^workflow\s+%d, step c \(fila workflow show %d\)$`, wf.ID, wf.ID), out)
