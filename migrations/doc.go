@@ -29,7 +29,7 @@
 //
 //	fila_batches                     table     0023
 //	  fila_batches_seal              trigger   0023
-//	fila_jobs                        table     0001 0002 0003 0005 0009 0013 0016 0019 0020 0023
+//	fila_jobs                        table     0001 0002 0003 0005 0009 0013 0016 0019 0020 0023 0027
 //	  fila_jobs_batch_idx            index     0023
 //	  fila_jobs_cancelled_idx        index     0002
 //	  fila_jobs_concurrency_idx      index     0003
@@ -44,6 +44,7 @@
 //	  fila_jobs_tags_idx             index     0019
 //	  fila_jobs_unique_idx           index     0003
 //	  fila_jobs_waiting_idx          index     0023
+//	  fila_jobs_workflow_idx         index     0027
 //	  fila_jobs_flow_deleted         trigger   0023
 //	  fila_jobs_flow_finished        trigger   0023
 //	  fila_jobs_flow_insert          trigger   0023
@@ -85,6 +86,7 @@
 //	fila_wake_queue                  function  0026
 //	fila_worker_live                 function  0020
 //	fila_worker_seen                 function  0020
+//	fila_workflow_retry              function  0027
 //	fila_batch_seal                  function  0023
 //	fila_flow_finished               function  0023
 //	fila_flow_insert                 function  0023 0026

@@ -1,7 +1,7 @@
 -- Fila's schema as Migrate leaves it: tables with their columns,
 -- constraints and indexes, then functions, then triggers.
 --
--- Migration: 0026 (wake_held_flow_rows)
+-- Migration: 0027 (workflow_ids)
 -- Generated on PostgreSQL 15 from a freshly migrated database: do not edit.
 --
 -- The numbered migrations are its history, and doc.go lists which of them
@@ -65,6 +65,8 @@ CREATE TABLE fila_jobs (
     sequence_prev bigint,
     sequence_on_dead text,
     batch_id bigint,
+    workflow_id bigint,
+    workflow_step text,
     CONSTRAINT fila_jobs_pkey PRIMARY KEY (id),
     CONSTRAINT fila_jobs_attempts_in_bounds CHECK (((attempts >= 0) AND (attempts <= max_attempts))),
     CONSTRAINT fila_jobs_dependency_failure_valid CHECK ((dependency_failure = ANY (ARRAY['dead'::text, 'cancel'::text, 'run'::text]))),
@@ -79,7 +81,8 @@ CREATE TABLE fila_jobs (
     CONSTRAINT fila_jobs_sequence_key_valid CHECK (((sequence_key <> ''::text) AND (length(sequence_key) <= 200))),
     CONSTRAINT fila_jobs_sequence_on_dead_valid CHECK ((sequence_on_dead = ANY (ARRAY['block'::text, 'continue'::text]))),
     CONSTRAINT fila_jobs_state_valid CHECK ((state = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'completed'::text, 'dead'::text, 'cancelled'::text]))),
-    CONSTRAINT fila_jobs_unique_states_valid CHECK ((unique_states <@ ARRAY['pending'::text, 'running'::text, 'completed'::text, 'dead'::text, 'cancelled'::text]))
+    CONSTRAINT fila_jobs_unique_states_valid CHECK ((unique_states <@ ARRAY['pending'::text, 'running'::text, 'completed'::text, 'dead'::text, 'cancelled'::text])),
+    CONSTRAINT fila_jobs_workflow_step_valid CHECK (((workflow_step IS NULL) OR ((workflow_id IS NOT NULL) AND (workflow_step <> ''::text) AND (length(workflow_step) <= 200))))
 ) WITH (
     autovacuum_vacuum_scale_factor=0.01,
     autovacuum_vacuum_threshold=1000,
@@ -104,6 +107,7 @@ CREATE INDEX fila_jobs_sequence_idx ON fila_jobs USING btree (sequence_prev) WHE
 CREATE INDEX fila_jobs_tags_idx ON fila_jobs USING gin (tags) WHERE (tags IS NOT NULL);
 CREATE UNIQUE INDEX fila_jobs_unique_idx ON fila_jobs USING btree (kind, unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (COALESCE(unique_states, '{pending,running}'::text[]))));
 CREATE INDEX fila_jobs_waiting_idx ON fila_jobs USING btree (queue) WHERE (state = 'waiting'::text);
+CREATE UNIQUE INDEX fila_jobs_workflow_idx ON fila_jobs USING btree (workflow_id, workflow_step) WHERE (workflow_id IS NOT NULL);
 
 CREATE TABLE fila_kinds (
     kind text NOT NULL,
@@ -1008,6 +1012,55 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     UPDATE fila_workers SET last_seen_at = now() WHERE id = p_id;
     RETURN FOUND;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION fila_workflow_retry(p_workflow bigint, OUT o_id bigint, OUT o_from text, OUT o_to text)
+ RETURNS SETOF record
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET jit TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+AS $function$
+DECLARE
+    v_ids  bigint[];
+    v_from text[];
+    v_id   bigint;
+    r      record;
+    c      fila_jobs;
+BEGIN
+    FOR r IN SELECT j.id, j.state FROM fila_jobs j
+             WHERE j.workflow_id = p_workflow AND j.state IN ('dead', 'cancelled')
+             ORDER BY j.id FOR UPDATE LOOP
+        v_ids := v_ids || r.id;
+        v_from := v_from || r.state;
+    END LOOP;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM fila_jobs d
+    WHERE d.id IN (SELECT unnest(x.depends_on) FROM fila_jobs x WHERE x.id = ANY (v_ids))
+      AND d.id <> ALL (v_ids)
+    ORDER BY d.id FOR SHARE;
+    -- As a retry of one job: attempts from 0, the error history kept, and
+    -- a job cancelled while it ran due only once that attempt's lease ends.
+    UPDATE fila_jobs j
+    SET state = CASE WHEN j.depends_on IS NULL AND j.sequence_prev IS NULL THEN 'pending' ELSE 'waiting' END,
+        run_at = greatest(now(), j.lease_until), attempts = 0, lease_until = NULL, finished_at = NULL
+    WHERE j.id = ANY (v_ids);
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT * INTO c FROM fila_jobs j WHERE j.id = v_id;
+        IF c.state = 'waiting' THEN
+            PERFORM fila_flow_advance(c);
+        END IF;
+    END LOOP;
+    RETURN QUERY
+        SELECT f.id, f.from_state, j.state
+        FROM unnest(v_ids, v_from) AS f(id, from_state)
+        JOIN fila_jobs j ON j.id = f.id
+        ORDER BY f.id;
 END
 $function$;
 

@@ -25,7 +25,7 @@ type WorkflowStep struct {
 type flowInsert struct {
 	steps []WorkflowStep // a workflow's graph, in the jobs' order
 	batch *BatchCallback // a batch's callback
-	id    int64          // the batch's id, once inserted
+	id    int64          // the batch's or the workflow's id, once inserted
 }
 
 type flowKey struct{}
@@ -47,7 +47,9 @@ func insertFlow(ctx context.Context, db DB, f *flowInsert, jobs []*InsertParams)
 		for i, s := range f.steps {
 			wf[i] = WorkflowJob{Name: s.Name, After: s.After, InsertParams: params[i]}
 		}
-		ids, err = InsertWorkflow(ctx, db, wf)
+		var w InsertedWorkflow
+		w, err = InsertWorkflowID(ctx, db, wf)
+		f.id, ids = w.ID, w.JobIDs
 	default:
 		f.id, ids, err = InsertBatch(ctx, db, params, *f.batch)
 	}
@@ -71,14 +73,26 @@ func (c *Client) InsertWorkflow(ctx context.Context, steps []WorkflowStep) ([]in
 
 // InsertWorkflowTx is InsertWorkflow inside the caller's transaction.
 func (c *Client) InsertWorkflowTx(ctx context.Context, tx DB, steps []WorkflowStep) ([]int64, error) {
+	w, err := c.InsertWorkflowIDTx(ctx, tx, steps)
+	return w.JobIDs, err
+}
+
+// InsertWorkflowID is InsertWorkflow, returning the workflow's id with its
+// jobs' ids (see the untyped InsertWorkflowID).
+func (c *Client) InsertWorkflowID(ctx context.Context, steps []WorkflowStep) (InsertedWorkflow, error) {
+	return c.InsertWorkflowIDTx(ctx, c.db, steps)
+}
+
+// InsertWorkflowIDTx is InsertWorkflowID inside the caller's transaction.
+func (c *Client) InsertWorkflowIDTx(ctx context.Context, tx DB, steps []WorkflowStep) (InsertedWorkflow, error) {
 	if len(steps) == 0 {
-		return nil, nil
+		return InsertedWorkflow{}, nil
 	}
 	params := make([]*InsertParams, len(steps))
 	for i, s := range steps {
 		p, err := argsParams(s.Args, s.Opts)
 		if err != nil {
-			return nil, fmt.Errorf("insert workflow: step %q: %w", s.Name, err)
+			return InsertedWorkflow{}, fmt.Errorf("insert workflow: step %q: %w", s.Name, err)
 		}
 		params[i] = &p
 	}
@@ -89,14 +103,14 @@ func (c *Client) InsertWorkflowTx(ctx context.Context, tx DB, steps []WorkflowSt
 		wf[i] = WorkflowJob{Name: s.Name, After: s.After}
 	}
 	if _, err := workflowOrder(wf); err != nil {
-		return nil, fmt.Errorf("insert workflow: %w", err)
+		return InsertedWorkflow{}, fmt.Errorf("insert workflow: %w", err)
 	}
 	f := &flowInsert{steps: steps}
 	res, err := c.insert(context.WithValue(context.WithValue(ctx, targetKey{}, tx), flowKey{}, f), params)
 	if err != nil {
-		return nil, err
+		return InsertedWorkflow{}, err
 	}
-	return insertedIDs(res), nil
+	return InsertedWorkflow{ID: f.id, JobIDs: insertedIDs(res)}, nil
 }
 
 // InsertBatch creates a batch of typed jobs with a callback (see the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -144,4 +145,53 @@ func TestClientBatchThroughMiddleware(t *testing.T) {
 
 	_, _, err = c.InsertBatch(ctx, []runtime.ArgsParams{{Args: nil}}, runtime.BatchCallback{Kind: "k"})
 	require.True(t, err != nil && !errors.Is(err, runtime.ErrWorkflow), "nil args: %v", err)
+}
+
+// A workflow inserted through a client carries its id and step names, and
+// a step reads the output of the step before it, typed, by name.
+func TestClientWorkflowIDAndStepOutputByName(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	var seen atomic.Int64
+	c := runtime.NewClient(db.Pool, tracing(&seen))
+
+	wf, err := c.InsertWorkflowID(ctx, []runtime.WorkflowStep{
+		{Name: "mail", After: []string{"fetch"}, Args: mailReport{To: "x@example.com"}},
+		{Name: "fetch", Args: fetchReport{Account: "a1"}},
+	})
+	require.NoError(t, err)
+	require.Len(t, wf.JobIDs, 2)
+	require.Equal(t, wf.JobIDs[1], wf.ID, "fetch comes first: its id names the workflow")
+	for i, step := range []string{"mail", "fetch"} {
+		j, err := runtime.GetJob(ctx, db.Pool, wf.JobIDs[i])
+		require.NoError(t, err)
+		require.Equal(t, wf.ID, *j.WorkflowID)
+		require.Equal(t, step, j.WorkflowStep)
+	}
+
+	// fetch completes with an output, as its handler would leave it.
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_jobs SET state = 'running', attempts = 1, started_at = now(), lease_until = now() + interval '1 minute' WHERE id = $1`, wf.ID)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE fila_jobs SET state = 'completed', finished_at = now(), output = '{"account": "a1", "rows": 42}' WHERE id = $1`, wf.ID)
+	require.NoError(t, err)
+	type fetched struct {
+		Account string `json:"account"`
+		Rows    int    `json:"rows"`
+	}
+	got, err := runtime.StepOutput[fetched](ctx, db.Pool, wf.JobIDs[0], "fetch")
+	require.NoError(t, err)
+	require.Equal(t, fetched{Account: "a1", Rows: 42}, got)
+	_, err = runtime.StepOutput[[]int](ctx, db.Pool, wf.JobIDs[0], "fetch")
+	require.ErrorContains(t, err, "does not decode into []int")
+	_, err = runtime.StepOutput[fetched](ctx, db.Pool, wf.JobIDs[0], "nope")
+	require.ErrorIs(t, err, runtime.ErrStepNotFound)
+	mail, err := runtime.GetJob(ctx, db.Pool, wf.JobIDs[0])
+	require.NoError(t, err)
+	require.Equal(t, runtime.StatePending, mail.State, "fetch's finish let mail go")
+
+	// A step name too long is refused, naming the job.
+	_, err = c.InsertWorkflowID(ctx, []runtime.WorkflowStep{{Name: strings.Repeat("x", runtime.StepNameMax+1), Args: mailReport{}}})
+	require.ErrorIs(t, err, runtime.ErrWorkflow)
+	require.ErrorContains(t, err, "at most 200")
 }

@@ -132,14 +132,14 @@ const (
 	// arrays must be rectangular). An id of 0 takes the next of the
 	// identity's sequence.
 	insertFlowSQL = `INSERT INTO fila_jobs (id, queue, kind, payload, priority, run_at, max_attempts, tags, metadata,
-    depends_on, dependency_failure, has_dependents, sequence_key, sequence_on_dead, batch_id)
+    depends_on, dependency_failure, has_dependents, sequence_key, sequence_on_dead, batch_id, workflow_id, workflow_step)
 OVERRIDING SYSTEM VALUE
 SELECT CASE WHEN i > 0 THEN i ELSE nextval((SELECT pg_get_serial_sequence('fila_jobs', 'id')::regclass)) END,
        q, k, p::jsonb, pr, coalesce(ra, now()), ma, string_to_array(tg, E'\x1f'), md::jsonb,
-       string_to_array(nullif(dep, ''), ',')::bigint[], df, hd, sk, sd, b
+       string_to_array(nullif(dep, ''), ',')::bigint[], df, hd, sk, sd, b, w, ws
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::smallint[], $6::timestamptz[], $7::int[], $8::text[], $9::text[],
-            $10::text[], $11::text[], $12::bool[], $13::text[], $14::text[], $15::bigint[])
-     WITH ORDINALITY AS t(i, q, k, p, pr, ra, ma, tg, md, dep, df, hd, sk, sd, b, n)
+            $10::text[], $11::text[], $12::bool[], $13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::text[])
+     WITH ORDINALITY AS t(i, q, k, p, pr, ra, ma, tg, md, dep, df, hd, sk, sd, b, w, ws, n)
 ORDER BY n
 RETURNING id`
 
@@ -155,7 +155,7 @@ RETURNING id`
        (SELECT count(*) FROM fila_jobs j WHERE j.batch_id = b.id AND j.state IN ('waiting', 'pending', 'running'))
 FROM fila_batches b WHERE id = $1::bigint`
 
-	dependencyOutputsSQL = `SELECT d.id, d.kind, d.state, d.output::text
+	dependencyOutputsSQL = `SELECT d.id, d.kind, d.state, d.output::text, coalesce(d.workflow_step, '')
 FROM fila_jobs j
 JOIN fila_jobs d ON d.id = ANY (j.depends_on)
 WHERE j.id = $1::bigint
@@ -192,6 +192,7 @@ func insertFlowRows(ctx context.Context, db DB, rows []insertRow, ids []int64) (
 	tags, metadata := make([]*string, n), make([]*string, n)
 	deps, depFailure, seq, seqDead := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 	hasDeps, batches := make([]bool, n), make([]*int64, n)
+	workflows, steps := make([]*int64, n), make([]*string, n)
 	if ids == nil {
 		ids = make([]int64, n)
 	}
@@ -204,9 +205,10 @@ func insertFlowRows(ctx context.Context, db DB, rows []insertRow, ids []int64) (
 		}
 		deps[i] = strings.Join(ds, ",")
 		depFailure[i], hasDeps[i], seq[i], seqDead[i], batches[i] = r.depFailure, r.hasDependents, r.sequence, r.sequenceOnDead, r.batch
+		workflows[i], steps[i] = r.workflowID, r.workflowStep
 	}
 	res, err := db.Query(ctx, insertFlowSQL, ids, queues, kinds, payloads, prios, runAts, maxes, tags, metadata,
-		deps, depFailure, hasDeps, seq, seqDead, batches)
+		deps, depFailure, hasDeps, seq, seqDead, batches, workflows, steps)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d jobs: %w", n, err)
 	}
@@ -219,8 +221,10 @@ func insertFlowRows(ctx context.Context, db DB, rows []insertRow, ids []int64) (
 
 // WorkflowJob is one job of a workflow (InsertWorkflow).
 type WorkflowJob struct {
-	// Name identifies the job in its workflow, for the After of the others.
-	// Required; unique within the workflow.
+	// Name identifies the job in its workflow, for the After of the others;
+	// the job keeps it as its step's name (JobRow.WorkflowStep), by which
+	// the jobs after it read its output (DependencyOutputsByStep). Required;
+	// unique within the workflow; at most StepNameMax bytes.
 	Name string
 	// After names the jobs of the workflow that must complete before this
 	// one runs. InsertOpts.After may add jobs inserted before, by id.
@@ -233,17 +237,46 @@ type WorkflowJob struct {
 // After that no job has, or a cycle.
 var ErrWorkflow = errors.New("invalid workflow")
 
+// StepNameMax bounds a workflow step's name (WorkflowJob.Name), in bytes.
+const StepNameMax = 200
+
+// InsertedWorkflow is what InsertWorkflowID inserted.
+type InsertedWorkflow struct {
+	// ID is the workflow's id, which every one of its jobs carries
+	// (JobRow.WorkflowID): the id of its first job, its lowest.
+	ID int64 `json:"workflow_id"`
+	// JobIDs are the jobs' ids, in the order given.
+	JobIDs []int64 `json:"job_ids"`
+}
+
 // InsertWorkflow inserts the jobs of a workflow, a graph of dependencies,
 // in one statement (so all or none, inside the caller's transaction if db
 // is one), and returns their ids in the order given. Each job waits
 // (state waiting) until every job it comes After has completed; one that
 // ends dead or cancelled makes it dead (or cancelled, or run anyway: see
 // InsertOpts.OnDependencyFailure). The graph is checked first: an error
-// wrapping ErrWorkflow names the job at fault.
+// wrapping ErrWorkflow names the job at fault. Every job carries the
+// workflow's id and its step's name; InsertWorkflowID returns the id too.
 func InsertWorkflow(ctx context.Context, db DB, jobs []WorkflowJob) ([]int64, error) {
+	wf, err := InsertWorkflowID(ctx, db, jobs)
+	return wf.JobIDs, err
+}
+
+// InsertWorkflowID is InsertWorkflow, returning the workflow's id with
+// its jobs' ids: the id that ListWorkflowJobs, CancelWorkflow and
+// RetryWorkflow take.
+func InsertWorkflowID(ctx context.Context, db DB, jobs []WorkflowJob) (InsertedWorkflow, error) {
 	if len(jobs) == 0 {
-		return nil, nil
+		return InsertedWorkflow{}, nil
 	}
+	ids, err := insertWorkflow(ctx, db, jobs)
+	if err != nil {
+		return InsertedWorkflow{}, err
+	}
+	return InsertedWorkflow{ID: slices.Min(ids), JobIDs: ids}, nil
+}
+
+func insertWorkflow(ctx context.Context, db DB, jobs []WorkflowJob) ([]int64, error) {
 	order, err := workflowOrder(jobs)
 	if err != nil {
 		return nil, fmt.Errorf("insert workflow: %w", err)
@@ -274,8 +307,9 @@ func InsertWorkflow(ctx context.Context, db DB, jobs []WorkflowJob) ([]int64, er
 		return nil, fmt.Errorf("insert workflow: reserve ids: %w", err)
 	}
 	// A job's id is above those of the jobs it waits for: ids in
-	// topological order.
+	// topological order. The lowest names the workflow.
 	slices.Sort(reserved)
+	workflowID := reserved[0]
 	ids := make([]int64, len(jobs))
 	for k, i := range order {
 		ids[i] = reserved[k]
@@ -284,6 +318,8 @@ func InsertWorkflow(ctx context.Context, db DB, jobs []WorkflowJob) ([]int64, er
 	sortedIDs := make([]int64, len(jobs))
 	for k, i := range order {
 		r := rows[i]
+		step := jobs[i].Name
+		r.workflowID, r.workflowStep = &workflowID, &step
 		for _, a := range jobs[i].After {
 			if d := ids[byName[a]]; !slices.Contains(r.dependsOn, d) {
 				r.dependsOn = append(r.dependsOn, d)
@@ -308,6 +344,9 @@ func workflowOrder(jobs []WorkflowJob) ([]int, error) {
 	for i, j := range jobs {
 		if j.Name == "" {
 			return nil, fmt.Errorf("%w: job %d has no Name", ErrWorkflow, i)
+		}
+		if len(j.Name) > StepNameMax {
+			return nil, fmt.Errorf("%w: job %d's Name is %d bytes, at most %d", ErrWorkflow, i, len(j.Name), StepNameMax)
 		}
 		if k, dup := byName[j.Name]; dup {
 			return nil, fmt.Errorf("%w: jobs %d and %d are both named %q", ErrWorkflow, k, i, j.Name)
@@ -514,11 +553,16 @@ type DependencyOutput struct {
 	State string `json:"state"`
 	// Output is what its handler recorded (Job.SetOutput); nil when none.
 	Output json.RawMessage `json:"output"`
+	// Step is its step's name in its workflow (WorkflowJob.Name), "" for a
+	// job of none.
+	Step string `json:"step,omitempty"`
 }
 
 // DependencyOutputs returns the outputs of the jobs job waits for
 // (InsertOpts.After), by id order: a handler reads what the jobs before
-// it produced. A dependency deleted since (by retention) is not listed.
+// it produced. A dependency deleted since (by retention) is not listed. A
+// step of a workflow reads them by step name with DependencyOutputsByStep,
+// or one of them, typed, with StepOutput.
 func DependencyOutputs(ctx context.Context, db DB, jobID int64) ([]DependencyOutput, error) {
 	rows, err := db.Query(ctx, dependencyOutputsSQL, jobID)
 	if err != nil {
@@ -531,7 +575,7 @@ func DependencyOutputs(ctx context.Context, db DB, jobID int64) ([]DependencyOut
 			d      DependencyOutput
 			output *string
 		)
-		if err := rows.Scan(&d.ID, &d.Kind, &d.State, &output); err != nil {
+		if err := rows.Scan(&d.ID, &d.Kind, &d.State, &output, &d.Step); err != nil {
 			return nil, fmt.Errorf("dependency outputs of job %d: %w", jobID, err)
 		}
 		d.Output = rawOrNil(output)

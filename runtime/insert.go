@@ -143,6 +143,10 @@ type insertRow struct {
 	depFailure, sequence, sequenceOnDead *string
 	batch                                *int64
 	hasDependents, inWorkflow            bool
+	// workflowID and workflowStep are set for the jobs of a workflow
+	// (see InsertWorkflow).
+	workflowID   *int64
+	workflowStep *string
 }
 
 // Bounds of InsertOpts.Tags and InsertOpts.Metadata (the table's trigger

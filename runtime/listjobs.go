@@ -211,6 +211,13 @@ func listStatement(f JobFilter) (string, []any, int, error) {
 		q.conds = append(q.conds, "payload @> "+q.arg(f.Payload)+"::text::jsonb")
 	}
 
+	switch {
+	case f.WorkflowID < 0:
+		return "", nil, 0, fmt.Errorf("WorkflowID %d is not a workflow id", f.WorkflowID)
+	case f.WorkflowID > 0:
+		q.conds = append(q.conds, "workflow_id = "+q.arg(f.WorkflowID)+"::bigint")
+	}
+
 	dir, cmp := "DESC", "<"
 	if f.Ascending {
 		dir, cmp = "ASC", ">"
@@ -237,6 +244,11 @@ func listStatement(f JobFilter) (string, []any, int, error) {
 
 	idOrder := "id"
 	if len(states) > 0 && !slices.ContainsFunc(states, func(s string) bool { return !slices.Contains(smallStates, s) }) {
+		idOrder = "id + 0"
+	}
+	if f.WorkflowID > 0 {
+		// A workflow's jobs are few: read them by fila_jobs_workflow_idx
+		// and sort them, rather than walk the primary key to reach them.
 		idOrder = "id + 0"
 	}
 	orderBy := idOrder + " " + dir
@@ -316,6 +328,8 @@ func listOnly(f JobFilter) string {
 		return "OrderBy"
 	case f.Cursor != "":
 		return "Cursor"
+	case f.WorkflowID != 0:
+		return "WorkflowID"
 	}
 	return ""
 }

@@ -118,6 +118,10 @@ type JobFilter struct {
 	// there before is listed once. A cursor of another ordering is an
 	// error; BeforeID and Cursor are not given together.
 	Cursor string
+	// WorkflowID selects the jobs of one workflow (JobRow.WorkflowID; an
+	// index serves it). CancelWorkflow and RetryWorkflow change a workflow
+	// as a unit.
+	WorkflowID int64
 }
 
 // JobRow is one row of fila_jobs, as an operator reads it.
@@ -150,6 +154,11 @@ type JobRow struct {
 	Now time.Time `json:"-"`
 	// Tags are the job's tags (InsertOpts.Tags).
 	Tags []string `json:"tags,omitempty"`
+	// WorkflowID is the id of the workflow the job belongs to
+	// (InsertWorkflowID), nil for a job of none; WorkflowStep is its step's
+	// name in it.
+	WorkflowID   *int64 `json:"workflow_id,omitempty"`
+	WorkflowStep string `json:"workflow_step,omitempty"`
 	// Metadata (InsertOpts.Metadata) and Output (Job.SetOutput) are read
 	// by GetJob and PreviewJob only; both are bounded (16 KiB and 64 KiB of
 	// JSON).
@@ -209,6 +218,9 @@ type JobChange struct {
 	// cancelled while it ran, and runs again once that attempt's lease has
 	// ended.
 	RunsAt *time.Time `json:"runs_at,omitempty"`
+	// To is the state the job was changed to, set by CancelWorkflow and
+	// RetryWorkflow (a retried step is pending or waiting).
+	To string `json:"to,omitempty"`
 }
 
 // JobSkip is one job that was left alone.
@@ -256,7 +268,8 @@ func (r ChangeResult) Err() error {
 const (
 	manageColumns = `id, queue, kind, state, priority, run_at, attempts, max_attempts,
        CASE WHEN state = 'running' THEN lease_until END,
-       coalesce(last_error, ''), created_at, started_at, finished_at, coalesce(worker, ''), now(), tags`
+       coalesce(last_error, ''), created_at, started_at, finished_at, coalesce(worker, ''), now(), tags,
+       workflow_id, coalesce(workflow_step, '')`
 
 	// boundedColumns are manageColumns with last_error cut to
 	// ErrorTextMax characters: the runtime cuts every error it writes to
@@ -264,7 +277,8 @@ const (
 	// of many rows stays bounded however long those are.
 	boundedColumns = `id, queue, kind, state, priority, run_at, attempts, max_attempts,
        CASE WHEN state = 'running' THEN lease_until END,
-       left(coalesce(last_error, ''), 4000), created_at, started_at, finished_at, coalesce(worker, ''), now(), tags`
+       left(coalesce(last_error, ''), 4000), created_at, started_at, finished_at, coalesce(worker, ''), now(), tags,
+       workflow_id, coalesce(workflow_step, '')`
 
 	getJobSQL = `SELECT ` + manageColumns + `, payload::text, errors::text, metadata::text, output::text
 FROM fila_jobs
@@ -709,7 +723,8 @@ func WriteJobPayload(ctx context.Context, db DB, id int64, w io.Writer, begin fu
 
 func jobRowFields(j *JobRow) []any {
 	return []any{&j.ID, &j.Queue, &j.Kind, &j.State, &j.Priority, &j.RunAt, &j.Attempts, &j.MaxAttempts,
-		&j.LeaseUntil, &j.LastError, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.Worker, &j.Now, &j.Tags}
+		&j.LeaseUntil, &j.LastError, &j.CreatedAt, &j.StartedAt, &j.FinishedAt, &j.Worker, &j.Now, &j.Tags,
+		&j.WorkflowID, &j.WorkflowStep}
 }
 
 // rawOrNil is a nullable JSON column's text as raw JSON, nil for NULL.

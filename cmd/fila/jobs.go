@@ -26,7 +26,7 @@ type jobsCommand struct {
 }
 
 var jobsCommands = []jobsCommand{
-	{"list", "[--state S,…] [--kind K,…] [--queue Q,…] [--tag T,…] [--any-tag T,…] [--payload JSON] [--order id|run_at|created_at|priority] [--asc] [--limit N] [--cursor C | --before ID]", "list jobs, newest first unless --order or --asc say otherwise", runJobsList},
+	{"list", "[--state S,…] [--kind K,…] [--queue Q,…] [--tag T,…] [--any-tag T,…] [--payload JSON] [--workflow ID] [--order id|run_at|created_at|priority] [--asc] [--limit N] [--cursor C | --before ID]", "list jobs, newest first unless --order or --asc say otherwise", runJobsList},
 	{"show", "ID [--payload]", "show one job: payload, attempts, times and every attempt's error; --payload prints the payload alone, whole", runJobsShow},
 	{"retry", "ID… | --state dead|cancelled|completed|scheduled [--kind K] [--queue Q]", "run jobs that are not running again, due now: dead, cancelled and completed ones with attempts reset, scheduled ones made due now", runJobsRetry},
 	{"update", "ID [--priority N] [--run-at now|+DURATION|TIME] [--tags T,…] [--meta K=V]… [--max-attempts N]", "change a job that is not running: its priority, run_at, tags, metadata or attempt limit", runJobsUpdate},
@@ -90,9 +90,13 @@ func runJobsList(ctx context.Context, g *globals, args []string) error {
 	cursor := fs.String("cursor", "", "the next page: the cursor the last page printed (with the same flags)")
 	meta := keyValues{}
 	fs.Var(meta, "meta", "only jobs whose metadata has KEY=VALUE; repeat for more")
+	workflow := fs.Int64("workflow", 0, "only the jobs of this workflow (its id: the id of its first job)")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := g.parse(fs, args); err != nil {
 		return err
+	}
+	if *workflow < 0 {
+		return fmt.Errorf("--workflow %d is not a workflow id", *workflow)
 	}
 	states := commaList(*state)
 	for _, s := range states {
@@ -128,7 +132,8 @@ func runJobsList(ctx context.Context, g *globals, args []string) error {
 	}
 	defer pool.Close()
 	f := runtime.JobFilter{States: states, Kinds: commaList(*kind), Queues: queues, BeforeID: *before, Limit: *limit,
-		TagsAll: commaList(*tag), TagsAny: commaList(*tagsAny), Payload: *payload, Cursor: *cursor, Ascending: *asc}
+		TagsAll: commaList(*tag), TagsAny: commaList(*tagsAny), Payload: *payload, Cursor: *cursor, Ascending: *asc,
+		WorkflowID: *workflow}
 	if !byID {
 		f.OrderBy = *order
 	}
@@ -445,6 +450,9 @@ func printJob(w io.Writer, j *runtime.JobPreview) {
 		field("last error", "-")
 	} else {
 		field("last error", singleLine(j.LastError, 200))
+	}
+	if j.WorkflowID != nil {
+		field("workflow", fmt.Sprintf("%d, step %s (fila workflow show %d)", *j.WorkflowID, termLine(j.WorkflowStep), *j.WorkflowID))
 	}
 	if len(j.Tags) > 0 {
 		field("tags", termLine(strings.Join(j.Tags, ", ")))

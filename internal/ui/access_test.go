@@ -36,7 +36,7 @@ func TestUnauthenticatedReadsAndGuessesAreRefused(t *testing.T) {
 	srv := serveWith(t, db, ui.Options{AdminToken: token})
 	c := client(t)
 
-	for _, page := range []string{"/", "/jobs", "/dead", fmt.Sprintf("/jobs/%d", id), fmt.Sprintf("/jobs/%d/payload", id)} {
+	for _, page := range []string{"/", "/jobs", "/dead", "/workflows", "/workflows/1", fmt.Sprintf("/jobs/%d", id), fmt.Sprintf("/jobs/%d/payload", id)} {
 		resp, err := c.Get(srv.URL + page)
 		require.NoError(t, err)
 		body := readAll(t, resp)

@@ -41,12 +41,14 @@ func (s *server) overviewPage(w http.ResponseWriter, r *http.Request) {
 // a JSON string) select by the indexes on tags and metadata.
 type jobSearch struct {
 	ID, Kind, State, Queue, Tag, Meta string
-	Before                            int64
+	// Workflow selects the jobs of one workflow, by its id.
+	Workflow string
+	Before   int64
 }
 
 func (q jobSearch) query(before int64) string {
 	v := url.Values{}
-	for k, val := range map[string]string{"kind": q.Kind, "state": q.State, "queue": q.Queue, "tag": q.Tag, "meta": q.Meta} {
+	for k, val := range map[string]string{"kind": q.Kind, "state": q.State, "queue": q.Queue, "tag": q.Tag, "meta": q.Meta, "workflow": q.Workflow} {
 		if val != "" {
 			v.Set(k, val)
 		}
@@ -97,7 +99,7 @@ func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	search := jobSearch{ID: strings.TrimSpace(q.Get("id")), Kind: strings.TrimSpace(q.Get("kind")),
 		State: q.Get("state"), Queue: strings.TrimSpace(q.Get("queue")),
-		Tag: strings.TrimSpace(q.Get("tag")), Meta: strings.TrimSpace(q.Get("meta"))}
+		Tag: strings.TrimSpace(q.Get("tag")), Meta: strings.TrimSpace(q.Get("meta")), Workflow: strings.TrimSpace(q.Get("workflow"))}
 	list := &jobList{Search: search, States: runtime.ListStates(), Heading: "Jobs"}
 	if search.ID != "" {
 		id, err := strconv.ParseInt(strings.TrimPrefix(search.ID, "#"), 10, 64)
@@ -123,6 +125,13 @@ func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
 			list.Problem = err.Error()
 		}
 	}
+	var workflow int64
+	if search.Workflow != "" && list.Problem == "" {
+		var err error
+		if workflow, err = strconv.ParseInt(search.Workflow, 10, 64); err != nil || workflow <= 0 {
+			list.Problem = fmt.Sprintf("workflow %q is not a workflow id (a positive whole number: the id of its first job)", search.Workflow)
+		}
+	}
 	var meta map[string]any
 	if search.Meta != "" && list.Problem == "" {
 		k, v, ok := strings.Cut(search.Meta, "=")
@@ -132,7 +141,7 @@ func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
 		meta = map[string]any{k: v}
 	}
 	list.Search = search
-	list.Unindexed = search.State == "" && search.Tag == "" && search.Meta == "" && (search.Kind != "" || search.Queue != "")
+	list.Unindexed = search.State == "" && search.Tag == "" && search.Meta == "" && search.Workflow == "" && (search.Kind != "" || search.Queue != "")
 	nav := "jobs"
 	if h, ok := viewHeadings[search.State]; ok && list.Problem == "" {
 		list.Heading, nav = h, search.State
@@ -157,7 +166,7 @@ func (s *server) jobsPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	jobs, err := runtime.ListJobs(ctx, s.pool, runtime.JobFilter{State: search.State, Kind: search.Kind,
-		Queue: search.Queue, Tag: search.Tag, Metadata: meta, BeforeID: search.Before, Limit: pageSize})
+		Queue: search.Queue, Tag: search.Tag, Metadata: meta, BeforeID: search.Before, Limit: pageSize, WorkflowID: workflow})
 	if err != nil {
 		s.fail(w, r, "searching jobs", err)
 		return
@@ -418,9 +427,10 @@ var templateFuncs = template.FuncMap{
 		}
 		return s
 	},
-	"pct":   func(f float64) string { return fmt.Sprintf("%.2f%%", f*100) },
-	"int64": func(n int) int64 { return int64(n) },
-	"join":  strings.Join,
+	"pct":    func(f float64) string { return fmt.Sprintf("%.2f%%", f*100) },
+	"int64":  func(n int) int64 { return int64(n) },
+	"join":   strings.Join,
+	"counts": stateCounts,
 	"dict": func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for i := 0; i+1 < len(kv); i += 2 {

@@ -144,7 +144,7 @@ func New(pool *pgxpool.Pool, opts Options, logger *zap.Logger) (http.Handler, er
 	s := &server{pool: pool, opts: opts, log: logger.Named("ui"), auth: newAuth(opts.AdminToken, opts.ReadToken, opts.PublicRead, opts.SessionTTL),
 		pages: map[string]*template.Template{}, mux: http.NewServeMux(), now: time.Now,
 		downloads: make(chan struct{}, downloadsMax)}
-	for _, name := range []string{"overview", "jobs", "job", "dead", "login", "message"} {
+	for _, name := range []string{"overview", "jobs", "job", "dead", "workflows", "workflow", "login", "message"} {
 		t, err := template.New(name).Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/jobrows.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ui: template %s: %w", name, err)
@@ -176,6 +176,8 @@ func (s *server) routes(static http.Handler) {
 	s.mux.HandleFunc("GET /jobs/{id}", s.jobPage)
 	s.mux.HandleFunc("GET /jobs/{id}/payload", s.payloadDownload)
 	s.mux.HandleFunc("GET /dead", s.deadPage)
+	s.mux.HandleFunc("GET /workflows", s.workflowsPage)
+	s.mux.HandleFunc("GET /workflows/{id}", s.workflowPage)
 	s.mux.HandleFunc("GET /login", s.loginPage)
 	post("/login", s.login)
 	post("/logout", s.logout)
@@ -183,6 +185,7 @@ func (s *server) routes(static http.Handler) {
 	post("/actions/retry-dead", s.retryDeadAction)
 	post("/actions/delete-dead", s.deleteDeadAction)
 	post("/actions/queues", s.queueAction)
+	post("/actions/workflows", s.workflowAction)
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
