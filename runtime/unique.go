@@ -43,7 +43,7 @@ func prepareUnique(r *insertRow, o InsertOpts) error {
 	key := o.UniqueKey
 	r.uniqueKey = &key
 	for _, st := range o.UniqueStates {
-		if !slices.Contains(JobStates(), st) || st == "waiting" {
+		if !slices.Contains(JobStates(), st) || st == StateWaiting || st == StateHeld {
 			return fmt.Errorf("UniqueStates: %q is not a job state (states: %v)", st, JobStates())
 		}
 	}
