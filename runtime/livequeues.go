@@ -61,7 +61,7 @@ func (r *Runtime) AddQueue(ctx context.Context, queue string, qc QueueConfig) er
 	}
 
 	r.ctlMu.Lock()
-	if r.claimGroup == nil {
+	if r.claimGroup == nil || r.claimGroupCtx.Err() != nil {
 		r.ctlMu.Unlock()
 		return fmt.Errorf("add queue %q: %w (before Run, list it in Config.Queues)", queue, ErrNotRunning)
 	}

@@ -163,6 +163,10 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	dirty := true
 	recheck := false // this claim is a WAL recheck (see recheckWAL)
 	for {
+		if ctx.Err() != nil {
+			// Stopped (or removed) before a claim: none is sent.
+			return nil
+		}
 		if dirty {
 			running := int(p.running.Load())
 			if free := p.limit - running; free > 0 && (free >= threshold || running == 0) {
