@@ -200,6 +200,7 @@ func TestRemoveQueueLetsRunningJobFinishAndLeavesNewJobsPending(t *testing.T) {
 	default:
 	}
 	require.Equal(t, 1, rt.Stats().Running, "the draining queue's handler still counts")
+	require.ErrorContains(t, rt.AddQueue(ctx, "gone", runtime.QueueConfig{}), "its removal still waits for its running handlers")
 	s, _, _ = jobState(t, db, running)
 	require.Equal(t, "running", s)
 
