@@ -6,6 +6,7 @@ package claimer
 // out. SQL keeps its literals: a statement reads better with 'pending' in it
 // than with a parameter.
 const (
+	StateHeld      = "held"      // inserted held; never claimed until released to pending
 	StateWaiting   = "waiting"   // for its dependencies or its sequence predecessor; never claimed
 	StatePending   = "pending"   // waiting for its run_at, or runnable now
 	StateRunning   = "running"   // claimed; owned by the worker holding its lease

@@ -2,10 +2,12 @@ package listener
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,8 +32,19 @@ const (
 // queue for the whole instance) and never waits on its consumers.
 type Listener struct {
 	*state
-	cfg      Config
+	cfg Config
+
+	subMu sync.Mutex // guards the fields below
+	// channels are the channels the listener must LISTEN on: the queues'
+	// given to New and those AddQueue added since.
 	channels []string
+	// confirmed holds, per channel added while running, what AddQueue
+	// returned: closed once the connection listens on it.
+	confirmed map[string]chan struct{}
+	// interrupt cuts the current wait for a notification short, so serve
+	// runs the LISTEN or UNLISTEN a change of channels needs; nil while
+	// serve is not waiting.
+	interrupt context.CancelCauseFunc
 }
 
 var _ Source = (*Listener)(nil)
@@ -48,10 +61,66 @@ func New(cfg Config) (*Listener, error) {
 		return nil, fmt.Errorf("listener: Queues: %w", err)
 	}
 	return &Listener{
-		state:    newState(cfg.Logger.Named("listener"), cfg.Queues),
-		cfg:      cfg,
-		channels: chs,
+		state:     newState(cfg.Logger.Named("listener"), cfg.Queues),
+		cfg:       cfg,
+		channels:  chs,
+		confirmed: map[string]chan struct{}{},
 	}, nil
+}
+
+// errResubscribe is the cause of a wait cut short by AddQueue or
+// RemoveQueue.
+var errResubscribe = errors.New("listener: channels changed")
+
+// AddQueue listens on one more queue's channel. The channel returned is
+// closed once the connection listens on it (and the queue has been woken, so
+// its claimer scans for anything committed before): a job committed after
+// that is announced by its notification. While the listener is not
+// connected, it LISTENs on the channel when it connects.
+func (l *Listener) AddQueue(queue string) (<-chan struct{}, error) {
+	ch, err := channel.ForQueue(queue)
+	if err != nil {
+		return nil, fmt.Errorf("listener: %w", err)
+	}
+	if err := l.addQueue(queue); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	l.channels = append(l.channels, ch)
+	l.confirmed[ch] = done
+	if l.interrupt != nil {
+		l.interrupt(errResubscribe)
+	}
+	return done, nil
+}
+
+// RemoveQueue stops listening on queue's channel; the listener UNLISTENs at
+// once if connected.
+func (l *Listener) RemoveQueue(queue string) error {
+	ch, err := channel.ForQueue(queue)
+	if err != nil {
+		return fmt.Errorf("listener: %w", err)
+	}
+	if err := l.removeQueue(queue); err != nil {
+		return err
+	}
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	l.channels = slices.DeleteFunc(l.channels, func(c string) bool { return c == ch })
+	delete(l.confirmed, ch)
+	if l.interrupt != nil {
+		l.interrupt(errResubscribe)
+	}
+	return nil
+}
+
+// wantedChannels is a copy of the channels the listener must listen on.
+func (l *Listener) wantedChannels() []string {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	return slices.Clone(l.channels)
 }
 
 // Wakes is signalled, coalescing, on each notification and after every
@@ -126,30 +195,113 @@ func (l *Listener) connect(ctx context.Context, connCfg *pgx.ConnConfig) (sessio
 	if err := liftIdleSessionTimeout(ctx, conn, l.cfg.PingTimeout); err != nil {
 		return nil, err
 	}
-	for _, ch := range l.channels {
+	listening := l.wantedChannels()
+	for _, ch := range listening {
 		if err := l.exec(ctx, conn, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", ch, err)
 		}
 	}
-	if err := l.check(ctx, conn); err != nil {
+	if err := l.check(ctx, conn, listening); err != nil {
 		return nil, err
 	}
-	l.log.Info("listening", zap.Strings("channels", l.channels), zap.Uint32("backend_pid", conn.PgConn().PID()))
+	l.log.Info("listening", zap.Strings("channels", listening), zap.Uint32("backend_pid", conn.PgConn().PID()))
 	ok = true
 	return func(ctx context.Context) error {
 		defer closeConn(conn)
-		return l.serve(ctx, conn)
+		// The loop's wake after this connect covers every channel
+		// listened on so far.
+		l.confirm(listening)
+		return l.serve(ctx, conn, listening)
 	}, nil
+}
+
+// confirm closes what AddQueue returned for the channels now listened on.
+func (l *Listener) confirm(listening []string) {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	for _, ch := range listening {
+		if done, ok := l.confirmed[ch]; ok {
+			close(done)
+			delete(l.confirmed, ch)
+		}
+	}
+}
+
+// resubscribe LISTENs on the channels added and UNLISTENs those removed
+// since listening was set, and returns the new set. Each queue of a channel
+// it added is woken once the LISTEN is confirmed: LISTEN first, then scan,
+// so nothing committed before the LISTEN is left for the safety poll.
+func (l *Listener) resubscribe(ctx context.Context, conn *pgx.Conn, listening []string) ([]string, error) {
+	wanted := l.wantedChannels()
+	for _, ch := range listening {
+		if !slices.Contains(wanted, ch) {
+			if err := l.exec(ctx, conn, "UNLISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+				return listening, fmt.Errorf("unlisten %s: %w", ch, err)
+			}
+			l.log.Info("stopped listening", zap.String("channel", ch))
+		}
+	}
+	var added []string
+	for _, ch := range wanted {
+		if !slices.Contains(listening, ch) {
+			if err := l.exec(ctx, conn, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+				return listening, fmt.Errorf("listen on %s: %w", ch, err)
+			}
+			added = append(added, ch)
+		}
+	}
+	if len(added) > 0 {
+		if err := l.check(ctx, conn, wanted); err != nil {
+			return listening, err
+		}
+		for _, ch := range added {
+			q, _ := strings.CutPrefix(ch, channel.Prefix)
+			l.wakeQueue(q, HintMany)
+		}
+		l.confirm(added)
+		l.log.Info("listening", zap.Strings("channels", added))
+	}
+	return wanted, nil
+}
+
+// waitContext is the context of one wait for a notification: it ends after
+// PingInterval, or when AddQueue or RemoveQueue changes the channels. ok is
+// false when the channels changed since listening was set: resubscribe
+// first.
+func (l *Listener) waitContext(ctx context.Context, listening []string) (wctx context.Context, cancel func(), ok bool) {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	if !slices.Equal(l.channels, listening) {
+		return nil, nil, false
+	}
+	tctx, cancelTimeout := context.WithTimeout(ctx, l.cfg.PingInterval)
+	cctx, interrupt := context.WithCancelCause(tctx)
+	l.interrupt = interrupt
+	return cctx, func() {
+		l.subMu.Lock()
+		l.interrupt = nil
+		l.subMu.Unlock()
+		interrupt(nil)
+		cancelTimeout()
+	}, true
 }
 
 // serve reads notifications until the connection fails or ctx ends. After
 // PingInterval without traffic it checks the connection, which is how a
 // half-open TCP connection is found.
-func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
+func (l *Listener) serve(ctx context.Context, conn *pgx.Conn, listening []string) error {
 	for {
-		wctx, cancel := context.WithTimeout(ctx, l.cfg.PingInterval)
+		wctx, cancel, ok := l.waitContext(ctx, listening)
+		if !ok {
+			var err error
+			if listening, err = l.resubscribe(ctx, conn, listening); err != nil {
+				return err
+			}
+			continue
+		}
 		n, err := conn.WaitForNotification(wctx)
 		idle := wctx.Err() != nil
+		changed := errors.Is(context.Cause(wctx), errResubscribe)
 		cancel()
 		switch {
 		case err == nil:
@@ -165,8 +317,10 @@ func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
 			}
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case changed:
+			// The next round resubscribes.
 		case idle:
-			if err := l.check(ctx, conn); err != nil {
+			if err := l.check(ctx, conn, listening); err != nil {
 				return err
 			}
 			l.log.Debug("health check answered")
@@ -176,8 +330,9 @@ func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
-// check pings the server and verifies it still listens on every channel.
-func (l *Listener) check(ctx context.Context, conn *pgx.Conn) error {
+// check pings the server and verifies it still listens on every channel of
+// listening.
+func (l *Listener) check(ctx context.Context, conn *pgx.Conn, listening []string) error {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
 	defer cancel()
 	var got []string
@@ -185,7 +340,7 @@ func (l *Listener) check(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("health check: %w", err)
 	}
 	var missing []string
-	for _, ch := range l.channels {
+	for _, ch := range listening {
 		if !slices.Contains(got, ch) {
 			missing = append(missing, ch)
 		}

@@ -3,6 +3,8 @@ package listener
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,9 +82,12 @@ func fatal(err error) error { return &fatalError{err: err} }
 type state struct {
 	log *zap.Logger
 
-	wakes         chan struct{}
-	queueWakes    map[string]chan struct{}
-	hints         map[string]*atomic.Int64 // see TakeHint
+	wakes chan struct{}
+	// queues is the source's queues, replaced whole (never changed in place)
+	// when one is added or removed: the hot path, one notification at a
+	// time, reads it without a lock.
+	queues        atomic.Pointer[map[string]*queueSignal]
+	queuesMu      sync.Mutex // serialises replacements of queues
 	ready         chan struct{}
 	readyOnce     sync.Once
 	healthChanges chan struct{}
@@ -96,35 +101,83 @@ type state struct {
 	lastError string
 }
 
+// queueSignal is one queue's wake signal and hint.
+type queueSignal struct {
+	wake chan struct{}
+	hint atomic.Int64 // see TakeHint
+}
+
 func newState(log *zap.Logger, queues []string) *state {
 	s := &state{
 		log:           log,
 		wakes:         make(chan struct{}, 1),
-		queueWakes:    make(map[string]chan struct{}, len(queues)),
-		hints:         make(map[string]*atomic.Int64, len(queues)),
 		ready:         make(chan struct{}),
 		healthChanges: make(chan struct{}, 1),
 	}
+	set := make(map[string]*queueSignal, len(queues))
 	for _, q := range queues {
-		s.queueWakes[q] = make(chan struct{}, 1)
-		s.hints[q] = new(atomic.Int64)
+		set[q] = &queueSignal{wake: make(chan struct{}, 1)}
 	}
+	s.queues.Store(&set)
 	return s
+}
+
+// queueSet is the source's queues now; never modify it.
+func (s *state) queueSet() map[string]*queueSignal { return *s.queues.Load() }
+
+// follows reports whether the source follows queue.
+func (s *state) follows(queue string) bool { _, ok := s.queueSet()[queue]; return ok }
+
+// ErrQueueFollowed is wrapped by AddQueue's error for a queue the source
+// already follows.
+var ErrQueueFollowed = errors.New("listener: queue is already followed")
+
+// ErrQueueNotFollowed is wrapped by RemoveQueue's error for a queue the
+// source does not follow.
+var ErrQueueNotFollowed = errors.New("listener: queue is not followed")
+
+// addQueue adds queue to the set, with a signal of its own.
+func (s *state) addQueue(queue string) error {
+	s.queuesMu.Lock()
+	defer s.queuesMu.Unlock()
+	old := s.queueSet()
+	if _, ok := old[queue]; ok {
+		return fmt.Errorf("%w: %q", ErrQueueFollowed, queue)
+	}
+	set := make(map[string]*queueSignal, len(old)+1)
+	maps.Copy(set, old)
+	set[queue] = &queueSignal{wake: make(chan struct{}, 1)}
+	s.queues.Store(&set)
+	return nil
+}
+
+// removeQueue takes queue out of the set.
+func (s *state) removeQueue(queue string) error {
+	s.queuesMu.Lock()
+	defer s.queuesMu.Unlock()
+	old := s.queueSet()
+	if _, ok := old[queue]; !ok {
+		return fmt.Errorf("%w: %q", ErrQueueNotFollowed, queue)
+	}
+	set := maps.Clone(old)
+	delete(set, queue)
+	s.queues.Store(&set)
+	return nil
 }
 
 // WakesFor is signalled, coalescing, on events of queue and after every
 // (re)connect; nil for a queue the source does not follow.
 func (s *state) WakesFor(queue string) <-chan struct{} {
-	if ch, ok := s.queueWakes[queue]; ok {
-		return ch
+	if q, ok := s.queueSet()[queue]; ok {
+		return q.wake
 	}
 	return nil
 }
 
 // TakeHint implements Hinter.
 func (s *state) TakeHint(queue string) int64 {
-	if h, ok := s.hints[queue]; ok {
-		return h.Swap(0)
+	if q, ok := s.queueSet()[queue]; ok {
+		return q.hint.Swap(0)
 	}
 	return 0
 }
@@ -133,12 +186,13 @@ func (s *state) TakeHint(queue string) int64 {
 // pending wake is enough. Events may have been missed, so no queue's hint
 // stands.
 func (s *state) wake() {
-	for _, h := range s.hints {
-		h.Store(HintMany)
+	set := s.queueSet()
+	for _, q := range set {
+		q.hint.Store(HintMany)
 	}
 	signal(s.wakes)
-	for _, ch := range s.queueWakes {
-		signal(ch)
+	for _, q := range set {
+		signal(q.wake)
 	}
 }
 
@@ -146,17 +200,18 @@ func (s *state) wake() {
 // the event named. The hint is set before the signal, so a claimer that
 // receives the signal finds it.
 func (s *state) wakeQueue(queue string, job int64) {
-	if h, ok := s.hints[queue]; ok {
+	q, ok := s.queueSet()[queue]
+	if ok {
 		switch {
 		case job <= 0:
-			h.Store(HintMany)
-		case !h.CompareAndSwap(0, job):
-			h.Store(HintMany) // a second event before the first was taken
+			q.hint.Store(HintMany)
+		case !q.hint.CompareAndSwap(0, job):
+			q.hint.Store(HintMany) // a second event before the first was taken
 		}
 	}
 	signal(s.wakes)
-	if ch, ok := s.queueWakes[queue]; ok {
-		signal(ch)
+	if ok {
+		signal(q.wake)
 	}
 }
 

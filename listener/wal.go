@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/internal/pgconfig"
 )
 
@@ -55,8 +58,7 @@ const stopTimeout = 2 * time.Second
 // dead process leaves no slot retaining WAL.
 type WAL struct {
 	*state
-	cfg    WALConfig
-	queues map[string]bool
+	cfg WALConfig
 }
 
 var _ Source = (*WAL)(nil)
@@ -68,16 +70,29 @@ func NewWAL(cfg WALConfig) (*WAL, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	queues := make(map[string]bool, len(cfg.Queues))
-	for _, q := range cfg.Queues {
-		queues[q] = true
-	}
 	return &WAL{
-		state:  newState(cfg.Logger.Named("listener").Named("wal"), cfg.Queues),
-		cfg:    cfg,
-		queues: queues,
+		state: newState(cfg.Logger.Named("listener").Named("wal"), cfg.Queues),
+		cfg:   cfg,
 	}, nil
 }
+
+// AddQueue follows one more queue from the next transaction the stream
+// decodes. The stream carries every queue's inserts, so nothing needs
+// subscribing: the channel returned is closed already.
+func (w *WAL) AddQueue(queue string) (<-chan struct{}, error) {
+	if err := channel.ValidateQueue(queue); err != nil {
+		return nil, fmt.Errorf("listener: %w", err)
+	}
+	if err := w.addQueue(queue); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	close(done)
+	return done, nil
+}
+
+// RemoveQueue stops following queue.
+func (w *WAL) RemoveQueue(queue string) error { return w.removeQueue(queue) }
 
 // Wakes is signalled, coalescing, once per transaction that inserts jobs into
 // the source's queues, and after every (re)connect.
@@ -176,7 +191,7 @@ func (w *WAL) connect(ctx context.Context, sqlCfg *pgx.ConnConfig, replCfg *pgco
 		return nil, fmt.Errorf("start replication from slot %s: %w", slot, err)
 	}
 	w.log.Info("streaming", zap.String("slot", slot), zap.String("publication", PublicationName),
-		zap.Strings("queues", w.cfg.Queues), zap.Uint32("backend_pid", conn.PID()))
+		zap.Strings("queues", slices.Sorted(maps.Keys(w.queueSet()))), zap.Uint32("backend_pid", conn.PID()))
 	ok = true
 	return func(ctx context.Context) error {
 		defer closePgConn(conn)

@@ -125,7 +125,7 @@ func (w *WAL) handleLogical(st *stream, data []byte) {
 	if len(data) == 0 {
 		return
 	}
-	if len(st.woke) == len(w.queues) && pglogrepl.MessageType(data[0]) == pglogrepl.MessageTypeInsert {
+	if len(st.woke) == len(w.queueSet()) && pglogrepl.MessageType(data[0]) == pglogrepl.MessageTypeInsert {
 		return // every queue is woken: the rest of a large insert needs no decoding
 	}
 	m, err := pglogrepl.Parse(data)
@@ -151,11 +151,11 @@ func (w *WAL) handleLogical(st *stream, data []byte) {
 		if q, ok := w.insertQueue(st, m); !ok {
 			w.events.Add(1)
 			w.wake() // cannot tell the queue: wake all rather than miss it
-		} else if w.queues[q] {
+		} else if w.follows(q) {
 			w.wakeOnce(st, q)
 		}
 	case *pglogrepl.LogicalDecodingMessage:
-		if q := string(m.Content); m.Prefix == MessagePrefix && w.queues[q] {
+		if q := string(m.Content); m.Prefix == MessagePrefix && w.follows(q) {
 			w.wakeOnce(st, q)
 		}
 	}

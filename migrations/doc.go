@@ -29,13 +29,14 @@
 //
 //	fila_batches                     table     0023
 //	  fila_batches_seal              trigger   0023
-//	fila_jobs                        table     0001 0002 0003 0005 0009 0013 0016 0019 0020 0023 0027
+//	fila_jobs                        table     0001 0002 0003 0005 0009 0013 0016 0019 0020 0023 0027 0028
 //	  fila_jobs_batch_idx            index     0023
 //	  fila_jobs_cancelled_idx        index     0002
 //	  fila_jobs_concurrency_idx      index     0003
 //	  fila_jobs_dead_idx             index     0002
 //	  fila_jobs_depends_idx          index     0023
 //	  fila_jobs_finished_idx         index     0001
+//	  fila_jobs_held_idx             index     0028
 //	  fila_jobs_lease_idx            index     0001
 //	  fila_jobs_metadata_idx         index     0019
 //	  fila_jobs_pending_idx          index     0001

@@ -1,7 +1,7 @@
 -- Fila's schema as Migrate leaves it: tables with their columns,
 -- constraints and indexes, then functions, then triggers.
 --
--- Migration: 0027 (workflow_ids)
+-- Migration: 0028 (held)
 -- Generated on PostgreSQL 15 from a freshly migrated database: do not edit.
 --
 -- The numbered migrations are its history, and doc.go lists which of them
@@ -80,7 +80,7 @@ CREATE TABLE fila_jobs (
     CONSTRAINT fila_jobs_running_needs_lease CHECK (((state <> 'running'::text) OR (lease_until IS NOT NULL))),
     CONSTRAINT fila_jobs_sequence_key_valid CHECK (((sequence_key <> ''::text) AND (length(sequence_key) <= 200))),
     CONSTRAINT fila_jobs_sequence_on_dead_valid CHECK ((sequence_on_dead = ANY (ARRAY['block'::text, 'continue'::text]))),
-    CONSTRAINT fila_jobs_state_valid CHECK ((state = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'completed'::text, 'dead'::text, 'cancelled'::text]))),
+    CONSTRAINT fila_jobs_state_valid CHECK ((state = ANY (ARRAY['held'::text, 'waiting'::text, 'pending'::text, 'running'::text, 'completed'::text, 'dead'::text, 'cancelled'::text]))),
     CONSTRAINT fila_jobs_unique_states_valid CHECK ((unique_states <@ ARRAY['pending'::text, 'running'::text, 'completed'::text, 'dead'::text, 'cancelled'::text])),
     CONSTRAINT fila_jobs_workflow_step_valid CHECK (((workflow_step IS NULL) OR ((workflow_id IS NOT NULL) AND (workflow_step <> ''::text) AND (length(workflow_step) <= 200))))
 ) WITH (
@@ -99,6 +99,7 @@ CREATE INDEX fila_jobs_concurrency_idx ON fila_jobs USING btree (kind, concurren
 CREATE INDEX fila_jobs_dead_idx ON fila_jobs USING btree (kind, finished_at) WHERE (state = 'dead'::text);
 CREATE INDEX fila_jobs_depends_idx ON fila_jobs USING gin (depends_on) WITH (fastupdate=off) WHERE (depends_on IS NOT NULL);
 CREATE INDEX fila_jobs_finished_idx ON fila_jobs USING btree (finished_at) WHERE (state = 'completed'::text);
+CREATE INDEX fila_jobs_held_idx ON fila_jobs USING btree (queue) WHERE (state = 'held'::text);
 CREATE INDEX fila_jobs_lease_idx ON fila_jobs USING btree (lease_until) WHERE (state = 'running'::text);
 CREATE INDEX fila_jobs_metadata_idx ON fila_jobs USING gin (metadata jsonb_path_ops) WHERE (metadata IS NOT NULL);
 CREATE INDEX fila_jobs_pending_idx ON fila_jobs USING btree (queue, priority, run_at, id) WHERE (state = 'pending'::text);

@@ -156,6 +156,22 @@ func (c *completer) cancelAll(cause error) {
 	}
 }
 
+// cancelQueue stops, with cause, the handlers of the owned attempts of
+// queue's jobs (RemoveQueue's deadline).
+func (c *completer) cancelQueue(queue string, cause error) {
+	c.mu.Lock()
+	var jobs []*Job
+	for _, at := range c.owned {
+		if at.job.Queue == queue {
+			jobs = append(jobs, at.job)
+		}
+	}
+	c.mu.Unlock()
+	for _, j := range jobs {
+		j.ctx.stop(cause)
+	}
+}
+
 // logDeadline says that the handler of at was stopped at its deadline
 // (see deadlinesDue), at now.
 func (c *completer) logDeadline(at *attempt, now time.Time) {

@@ -20,19 +20,19 @@ import (
 // SQL of the insert API. Payloads travel as text and are cast by the server,
 // which PgBouncer in transaction mode carries like any other parameter.
 const (
-	insertSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata)
+	insertSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata, state)
 VALUES ($1::text, $2::text, $3::text::jsonb, $4::smallint, coalesce($5::timestamptz, now()), $6::int,
-        $7::text[], $8::text::jsonb)
+        $7::text[], $8::text::jsonb, coalesce($9::text, 'pending'))
 RETURNING id`
 
 	// One statement however many jobs: the statement-level trigger then sends
 	// one notification per queue, not one per row.
 	// Each job's tags travel joined by U+001F, which a tag cannot hold (an
 	// array of arrays must be rectangular in PostgreSQL).
-	insertManySQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata)
-SELECT q, k, p::jsonb, pr, coalesce(ra, now()), ma, string_to_array(tg, E'\x1f'), md::jsonb
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::text[])
-     AS t(q, k, p, pr, ra, ma, tg, md)
+	insertManySQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata, state)
+SELECT q, k, p::jsonb, pr, coalesce(ra, now()), ma, string_to_array(tg, E'\x1f'), md::jsonb, coalesce(st, 'pending')
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::text[], $9::text[])
+     AS t(q, k, p, pr, ra, ma, tg, md, st)
 RETURNING id`
 
 	// Ids for a COPY, taken from the identity column's own sequence. COPY
@@ -112,6 +112,11 @@ type InsertOpts struct {
 	// Batch, if set, adds the job to an open batch (NewBatch, InsertBatch).
 	// Defaults to none.
 	Batch int64
+	// Held inserts the job held: no worker claims it until Release lets
+	// it go (then it runs at its RunAt, or at once). Its insert wakes no
+	// worker; its release does. A held job cannot have a UniqueKey or a
+	// flow (After, Sequence, Batch, a workflow). Defaults to false.
+	Held bool
 	// PayloadLimits are what the payload is checked against before it is
 	// sent, with an error wrapping ErrPayloadLimit. The table checks its
 	// own limits as the row is written (TablePayloadLimits): raise both to
@@ -137,6 +142,7 @@ type insertRow struct {
 	uniqueKey            *string
 	uniqueStates         []string
 	tags, metadata       *string // tags joined by U+001F; metadata as JSON
+	held                 bool
 
 	// Flows (see flows.go).
 	dependsOn                            []int64
@@ -225,6 +231,15 @@ func prepareWith(p InsertParams, inWorkflow bool) (insertRow, error) {
 	}
 	if err := prepareFlow(&r, p.InsertOpts); err != nil {
 		return r, err
+	}
+	if p.Held {
+		switch {
+		case r.uniqueKey != nil:
+			return r, errors.New("Held: a held job cannot have a UniqueKey (its key would hold nothing while it is held)")
+		case r.hasFlow():
+			return r, errors.New("Held: a held job cannot have After, Sequence or Batch, or be part of a workflow: its flow decides when it runs")
+		}
+		r.held = true
 	}
 	limits := p.PayloadLimits.WithDefaults()
 	if err := limits.Validate(); err != nil {
@@ -315,7 +330,7 @@ func InsertMany(ctx context.Context, db DB, jobs []InsertParams) ([]int64, error
 		return nil, nil
 	}
 	rows := make([]insertRow, len(jobs))
-	unique, flows := false, false
+	unique, flows, held := false, false, -1
 	for i, j := range jobs {
 		r, err := prepare(j)
 		if err != nil {
@@ -324,6 +339,12 @@ func InsertMany(ctx context.Context, db DB, jobs []InsertParams) ([]int64, error
 		rows[i] = r
 		unique = unique || r.uniqueKey != nil
 		flows = flows || r.hasFlow()
+		if r.held && held < 0 {
+			held = i
+		}
+	}
+	if flows && held >= 0 {
+		return nil, fmt.Errorf("insert many: job %d: Held: a held job cannot be inserted in one batch with jobs that have flows", held)
 	}
 	var (
 		ids []int64
@@ -355,12 +376,12 @@ func insertStatement(ctx context.Context, db DB, rows []insertRow) ([]int64, err
 	queues, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
 	prios, maxes := make([]int16, n), make([]int32, n)
 	runAts := make([]*time.Time, n)
-	tags, metadata := make([]*string, n), make([]*string, n)
+	tags, metadata, states := make([]*string, n), make([]*string, n), make([]*string, n)
 	for i, r := range rows {
 		queues[i], kinds[i], payloads[i], prios[i], runAts[i], maxes[i] = r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts
-		tags[i], metadata[i] = r.tags, r.metadata
+		tags[i], metadata[i], states[i] = r.tags, r.metadata, r.state()
 	}
-	res, err := db.Query(ctx, insertManySQL, queues, kinds, payloads, prios, runAts, maxes, tags, metadata)
+	res, err := db.Query(ctx, insertManySQL, queues, kinds, payloads, prios, runAts, maxes, tags, metadata, states)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d jobs: %w", n, err)
 	}
@@ -400,6 +421,11 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 	for _, r := range rows {
 		labelled = labelled || r.tags != nil || r.metadata != nil
 	}
+	// The state travels only when some job is held.
+	var held bool
+	for _, r := range rows {
+		held = held || r.held
+	}
 	var now time.Time
 	if scheduled > 0 {
 		columns = append(columns, "run_at")
@@ -411,6 +437,9 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 	}
 	if labelled {
 		columns = append(columns, "tags", "metadata")
+	}
+	if held {
+		columns = append(columns, "state")
 	}
 	values := make([]any, len(columns))
 	src := pgx.CopyFromSlice(n, func(i int) ([]any, error) {
@@ -433,6 +462,13 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 			if r.metadata != nil {
 				values[next+1] = json.RawMessage(*r.metadata)
 			}
+			next += 2
+		}
+		if held {
+			values[next] = StatePending
+			if r.held {
+				values[next] = StateHeld
+			}
 		}
 		return values, nil
 	})
@@ -444,6 +480,16 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 		return nil, fmt.Errorf("insert %d jobs: copy wrote %d rows", n, copied)
 	}
 	return ids, nil
+}
+
+// state is the row's state parameter: nil for the column's default
+// (pending), or held.
+func (r insertRow) state() *string {
+	if !r.held {
+		return nil
+	}
+	s := StateHeld
+	return &s
 }
 
 // scanIDs reads a column of ids and closes rows.

@@ -167,7 +167,7 @@ func (r *Runtime) rateRetention(ctx context.Context) {
 
 // producer returns the producer of queue, or nil.
 func (r *Runtime) producer(queue string) *producer {
-	for _, p := range r.producers {
+	for _, p := range r.producerList() {
 		if p.queue == queue {
 			return p
 		}

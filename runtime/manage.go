@@ -35,9 +35,10 @@ const (
 var ErrJobNotFound = errors.New("no such job")
 
 // jobStates are the values of fila_jobs.state, in a job's life order.
-var jobStates = []string{StateWaiting, StatePending, StateRunning, StateCompleted, StateDead, StateCancelled}
+var jobStates = []string{StateHeld, StateWaiting, StatePending, StateRunning, StateCompleted, StateDead, StateCancelled}
 
-// JobStates returns the states a job can be in: waiting (for its
+// JobStates returns the states a job can be in: held (inserted held, until
+// Release; see InsertOpts.Held), waiting (for its
 // dependencies or its sequence predecessor; see InsertOpts.After and
 // InsertOpts.Sequence), pending, running, completed, dead and cancelled.
 func JobStates() []string { return append([]string(nil), jobStates...) }
@@ -214,9 +215,9 @@ type ChangeResult struct {
 type JobChange struct {
 	ID   int64  `json:"id"`
 	From string `json:"from"`
-	// RunsAt is set when a retried job is due later than now: it was
+	// RunsAt is set when a retried job is due later than now (it was
 	// cancelled while it ran, and runs again once that attempt's lease has
-	// ended.
+	// ended), or a released one whose RunAt is ahead.
 	RunsAt *time.Time `json:"runs_at,omitempty"`
 	// To is the state the job was changed to, set by CancelWorkflow and
 	// RetryWorkflow (a retried step is pending or waiting).
@@ -441,7 +442,7 @@ ORDER BY p.id`
     UPDATE fila_jobs j
     SET state = 'cancelled', finished_at = now(),
         lease_until = CASE WHEN j.state = 'running' THEN j.lease_until END
-    WHERE j.id IN (SELECT id FROM want) AND j.state IN ('waiting', 'pending', 'running')
+    WHERE j.id IN (SELECT id FROM want) AND j.state IN ('held', 'waiting', 'pending', 'running')
     RETURNING j.id
 )
 SELECT w.id, j.state, c.id IS NOT NULL, NULL::timestamptz, NULL::text, NULL::bigint, NULL::text
@@ -468,7 +469,7 @@ ORDER BY w.id`
     SET state = 'cancelled', finished_at = now(),
         lease_until = CASE WHEN j.state = 'running' THEN j.lease_until END
     FROM picked p
-    WHERE j.id = p.id AND j.state IN ('waiting', 'pending', 'running')
+    WHERE j.id = p.id AND j.state IN ('held', 'waiting', 'pending', 'running')
     RETURNING j.id
 )
 SELECT p.id, p.state, c.id IS NOT NULL
@@ -810,6 +811,8 @@ func retrySkipReason(id int64, state string) string {
 		return fmt.Sprintf("job %d is running: cancel it first, or let it finish", id)
 	case StatePending:
 		return fmt.Sprintf("job %d is already pending, and due", id)
+	case StateHeld:
+		return fmt.Sprintf("job %d is held: release it to run it", id)
 	case StateWaiting:
 		return fmt.Sprintf("job %d is waiting for its dependencies or the job before it in its sequence: it runs when they let it (fila jobs show says which)", id)
 	}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	goruntime "runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,14 @@ type producer struct {
 	work chan *Job
 	idle atomic.Int32
 
+	// Set by start, before the producer's goroutines run. RemoveQueue
+	// stops claiming (stopClaiming), waits for the claim loop to return
+	// (claimingDone), then for the queue's handlers (handlers), cancelling
+	// them at its deadline, as Stop does for every queue.
+	stopClaiming context.CancelFunc
+	claimingDone chan struct{}
+	handlers     sync.WaitGroup
+
 	// Used by run's goroutine only.
 	quiet    *quiet      // ModeNotify's sleeping and polling; nil in the other modes
 	wal      walRecheck  // ModeWAL's rechecks
@@ -63,13 +72,13 @@ type producer struct {
 // claim cut short by timeouts takes twice as many jobs again.
 const claimsBeforeGrow = 20
 
-func newProducer(rt *Runtime, queue string) (*producer, error) {
+func newProducer(rt *Runtime, queue string, limit int) (*producer, error) {
 	poller, err := fallbackpoll.New(rt.cfg.pollConfig(queue))
 	if err != nil {
 		return nil, err
 	}
-	p := &producer{rt: rt, queue: queue, limit: rt.cfg.concurrency(queue), poller: poller,
-		log: rt.log.With(zap.String("queue", queue)), freed: make(chan struct{}, 1)}
+	p := &producer{rt: rt, queue: queue, limit: limit, poller: poller,
+		log: rt.log.With(zap.String("queue", queue)), freed: make(chan struct{}, 1), claimingDone: make(chan struct{})}
 	p.work = make(chan *Job, p.limit)
 	if rt.cfg.Mode == ModeNotify {
 		p.quiet = newQuiet(rt.cfg.BusyRate)
@@ -110,6 +119,21 @@ func (p *producer) claimInTime(ctx context.Context) {
 	p.rt.registry.update(ctx, p.rt.wakeState())
 }
 
+// start runs the producer's poller and claim loop, through spawn, until ctx
+// ends or stopClaiming is called; claimedOnce is called after the first
+// claim (or when the loop returns before it).
+func (p *producer) start(ctx context.Context, spawn func(func() error), claimedOnce func()) {
+	pctx, stop := context.WithCancel(ctx)
+	p.stopClaiming = stop
+	spawn(func() error { return p.poller.Run(pctx) })
+	spawn(func() error {
+		defer close(p.claimingDone)
+		defer claimedOnce()
+		defer p.stopExecutors()
+		return p.run(pctx, claimedOnce)
+	})
+}
+
 // run claims until ctx ends. claimedOnce is called after the first claim.
 func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	var wakes <-chan struct{}
@@ -139,6 +163,10 @@ func (p *producer) run(ctx context.Context, claimedOnce func()) error {
 	dirty := true
 	recheck := false // this claim is a WAL recheck (see recheckWAL)
 	for {
+		if ctx.Err() != nil {
+			// Stopped (or removed) before a claim: none is sent.
+			return nil
+		}
 		if dirty {
 			running := int(p.running.Load())
 			if free := p.limit - running; free > 0 && (free >= threshold || running == 0) {
@@ -393,6 +421,7 @@ func (p *producer) dispatch(job *Job, sent time.Time) {
 	p.running.Add(1)
 	rt.claimed.Add(1)
 	rt.handlers.Add(1)
+	p.handlers.Add(1)
 	job.ctx.values = rt.jobValues
 	rt.completer.own(job.attempt(), job, sent)
 	if rt.workCtx.Err() != nil {
@@ -428,6 +457,7 @@ func (p *producer) executor(job *Job) {
 // execute runs one attempt's handler on an executor.
 func (p *producer) execute(job *Job) {
 	defer p.rt.handlers.Done()
+	defer p.handlers.Done()
 	p.rt.execute(job)
 }
 

@@ -29,7 +29,8 @@ type QueueInfo struct {
 	PausedSeconds float64 `json:"paused_seconds,omitempty"`
 	// Counts by state. Runnable and Scheduled are the pending jobs due now
 	// and due later; Waiting, the jobs waiting for their flow, Blocked
-	// those of them behind a dead job of their sequence; ExpiredLeases,
+	// those of them behind a dead job of their sequence; Held, the jobs
+	// inserted held, until released; ExpiredLeases,
 	// running jobs whose worker died or stalled. Completed and cancelled
 	// jobs are not counted per queue: that would read the history, which
 	// no index holds by queue.
@@ -39,6 +40,7 @@ type QueueInfo struct {
 	ExpiredLeases int64 `json:"expired_leases"`
 	Waiting       int64 `json:"waiting"`
 	Blocked       int64 `json:"blocked"`
+	Held          int64 `json:"held"`
 	Dead          int64 `json:"dead"`
 	// OldestRunnableSeconds is how long the oldest runnable job has waited
 	// since its run_at; 0 when none is runnable.
@@ -76,6 +78,7 @@ func ListQueues(ctx context.Context, db QueueDB) ([]QueueInfo, error) {
 		q.Paused, q.PausedSeconds = s.Paused, s.PausedSeconds
 		q.Runnable, q.Scheduled, q.Running, q.ExpiredLeases = s.Runnable, s.Scheduled, s.Running, s.ExpiredLeases
 		q.Waiting, q.Blocked, q.OldestRunnableSeconds = s.Waiting, s.Blocked, s.OldestRunnableSeconds
+		q.Held = s.Held
 	}
 	for _, d := range snap.DeadByQueue {
 		get(d.Queue).Dead = d.Dead

@@ -77,7 +77,7 @@ func (r *Runtime) wakeState() wakeState {
 // claims and outcome statements that timeouts made smaller. "" when none.
 func (r *Runtime) degraded() string {
 	var parts []string
-	for _, p := range r.producers {
+	for _, p := range r.producerList() {
 		if n := int(p.batchCap.Load()); n < r.cfg.ClaimBatch {
 			parts = append(parts, fmt.Sprintf("claims on queue %s take at most %d jobs (ClaimBatch %d) after timeouts", p.queue, n, r.cfg.ClaimBatch))
 		}
@@ -113,7 +113,7 @@ func newRegistry(rt *Runtime) *registry {
 
 // registerKinds records every (queue, kind) this worker handles.
 func (g *registry) registerKinds(ctx context.Context) error {
-	if _, err := g.rt.store.Exec(ctx, sqlRegisterKinds, g.rt.cfg.Queues, g.rt.kindNames); err != nil {
+	if _, err := g.rt.store.Exec(ctx, sqlRegisterKinds, g.rt.Queues(), g.rt.kindNames); err != nil {
 		return fmt.Errorf("register kinds: %w", err)
 	}
 	return nil
@@ -139,7 +139,7 @@ func (g *registry) write(ctx context.Context, st wakeState) error {
 	if st.degraded != "" {
 		degraded = &st.degraded
 	}
-	_, err := g.rt.store.Exec(ctx, sqlUpsertWorker, g.id, g.host, g.pid, g.rt.cfg.Queues, g.rt.kindNames,
+	_, err := g.rt.store.Exec(ctx, sqlUpsertWorker, g.id, g.host, g.pid, g.rt.Queues(), g.rt.kindNames,
 		string(g.rt.cfg.Mode), st.state, wakeErr, degraded, g.rt.cfg.LivenessInterval.Seconds(), g.recurring())
 	return err
 }

@@ -20,10 +20,10 @@ func CanRetryJob(j JobRow) bool {
 	return CanRetry(j.State) || (j.State == StatePending && j.RunAt.After(j.Now))
 }
 
-// CanCancel reports whether Cancel cancels a job in state: waiting,
+// CanCancel reports whether Cancel cancels a job in state: held, waiting,
 // pending and running jobs. Finished ones stay as they are.
 func CanCancel(state string) bool {
-	return state == StateWaiting || state == StatePending || state == StateRunning
+	return state == StateHeld || state == StateWaiting || state == StatePending || state == StateRunning
 }
 
 // CanDelete reports whether Delete deletes a job in state: every state but
@@ -37,16 +37,17 @@ func RetryStates() []string {
 	return []string{StateDead, StateCancelled, StateCompleted, StateScheduled}
 }
 
-// CancelStates returns what CancelWhere's JobFilter.State may be: waiting,
-// pending, running, and the parts of pending, scheduled and retrying.
+// CancelStates returns what CancelWhere's JobFilter.State may be: held,
+// waiting, pending, running, and the parts of pending, scheduled and
+// retrying.
 func CancelStates() []string {
-	return []string{StateWaiting, StatePending, StateRunning, StateScheduled, StateRetrying}
+	return []string{StateHeld, StateWaiting, StatePending, StateRunning, StateScheduled, StateRetrying}
 }
 
 // DeleteStates returns what DeleteWhere's JobFilter.State may be: dead,
-// cancelled, waiting, pending, scheduled and retrying. Running jobs are
+// cancelled, held, waiting, pending, scheduled and retrying. Running jobs are
 // cancelled first; completed ones go by retention (Config.Retention), or
 // by id.
 func DeleteStates() []string {
-	return []string{StateDead, StateCancelled, StateWaiting, StatePending, StateScheduled, StateRetrying}
+	return []string{StateDead, StateCancelled, StateHeld, StateWaiting, StatePending, StateScheduled, StateRetrying}
 }

@@ -29,6 +29,10 @@ type wakeSource interface {
 	Healthy() bool
 	HealthChanges() <-chan struct{}
 	Stats() listener.Stats
+	// AddQueue follows one more queue; what it returns is closed once an
+	// event of the queue committed afterwards is sure to wake it.
+	AddQueue(queue string) (<-chan struct{}, error)
+	RemoveQueue(queue string) error
 }
 
 // Stats are counters since the Runtime started.
@@ -90,8 +94,11 @@ type Runtime struct {
 	// idle before it is pinged on its next use (see shouldPing).
 	pingAfter atomic.Int64
 
-	source    wakeSource // nil in ModePoll; built by Run
-	producers []*producer
+	source wakeSource // nil in ModePoll; built by Run
+	// producers are the queues' producers, one per queue, replaced whole
+	// (never changed in place) by AddQueue and RemoveQueue, so readers need
+	// no lock; see producerList.
+	producers atomic.Pointer[[]*producer]
 	sweeper   *sweeper
 	total     *semaphore.Weighted // MaxConcurrency across queues; nil without
 	completer *completer
@@ -115,6 +122,14 @@ type Runtime struct {
 	// context Run was given, not its cancellation (see jobContext).
 	jobValues     context.Context
 	stopRequested bool // Stop was called; a Run not yet set up returns at once
+	// claimGroup starts the goroutines of a queue added while running, on
+	// claimGroupCtx (see AddQueue); nil before the producers start and
+	// once claiming stopped.
+	claimGroup    *errgroup.Group
+	claimGroupCtx context.Context
+	// draining are the producers RemoveQueue took out whose handlers still
+	// run: Stats counts them.
+	draining map[*producer]bool
 
 	handlers sync.WaitGroup
 
@@ -170,13 +185,15 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.MaxConcurrency > 0 {
 		r.total = semaphore.NewWeighted(int64(cfg.MaxConcurrency))
 	}
+	var producers []*producer
 	for _, q := range slices.Compact(slices.Clone(cfg.Queues)) {
-		p, err := newProducer(r, q)
+		p, err := newProducer(r, q, cfg.concurrency(q))
 		if err != nil {
 			return nil, fmt.Errorf("config: queue %q: %w", q, err)
 		}
-		r.producers = append(r.producers, p)
+		producers = append(producers, p)
 	}
+	r.producers.Store(&producers)
 	var err error
 	if r.sweeper, err = newSweeper(r); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -216,11 +233,14 @@ func (r *Runtime) Stats() Stats {
 	s := Stats{Claimed: r.claimed.Load(), ClaimedByID: r.claimedByID.Load(), Completed: r.completed.Load(), Failed: r.failed.Load(),
 		LeaseLost: r.leaseLost.Load(), Cancelled: r.cancelled.Load(), Released: r.released.Load(),
 		Snoozed: r.snoozed.Load(), ReadOnlyResets: r.readOnly.resets.Load()}
-	for _, p := range r.producers {
+	for _, p := range r.producerList() {
 		s.Running += int(p.running.Load())
 	}
 	r.ctlMu.Lock()
 	src := r.source
+	for p := range r.draining {
+		s.Running += int(p.running.Load())
+	}
 	r.ctlMu.Unlock()
 	if src != nil {
 		s.Healthy = src.Healthy()
@@ -232,8 +252,19 @@ func (r *Runtime) Stats() Stats {
 // Mode is the runtime's mode.
 func (r *Runtime) Mode() Mode { return r.cfg.Mode }
 
-// Queues are the queues the runtime works.
-func (r *Runtime) Queues() []string { return slices.Clone(r.cfg.Queues) }
+// Queues are the queues the runtime works: Config.Queues, with those
+// AddQueue added and without those RemoveQueue removed.
+func (r *Runtime) Queues() []string {
+	ps := r.producerList()
+	qs := make([]string, len(ps))
+	for i, p := range ps {
+		qs[i] = p.queue
+	}
+	return qs
+}
+
+// producerList is the queues' producers now; never modify it.
+func (r *Runtime) producerList() []*producer { return *r.producers.Load() }
 
 // Kinds are the job kinds the runtime handles, sorted.
 func (r *Runtime) Kinds() []string { return slices.Clone(r.kindNames) }
@@ -363,19 +394,27 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	g, gctx := errgroup.WithContext(claimCtx)
 	firstClaims := make(chan struct{})
 	var claimedOnce sync.WaitGroup
-	for _, p := range r.producers {
+	// Under ctlMu: a queue AddQueue adds from now on is started by
+	// AddQueue, one added before is in the list read here.
+	r.ctlMu.Lock()
+	r.claimGroup, r.claimGroupCtx = g, gctx
+	for _, p := range r.producerList() {
 		claimedOnce.Add(1)
-		g.Go(func() error { return p.poller.Run(gctx) })
-		g.Go(func() error {
-			// A producer that stops before its first claim still counts, so
-			// the goroutine waiting on claimedOnce always ends.
-			var once sync.Once
-			claimed := func() { once.Do(claimedOnce.Done) }
-			defer claimed()
-			defer p.stopExecutors()
-			return p.run(gctx, claimed)
-		})
+		// A producer that stops before its first claim still counts, so
+		// the goroutine waiting on claimedOnce always ends.
+		var once sync.Once
+		p.start(gctx, g.Go, func() { once.Do(claimedOnce.Done) })
 	}
+	r.ctlMu.Unlock()
+	g.Go(func() error {
+		// Counted by g until AddQueue can start no more goroutines in it,
+		// so none is started after g.Wait returned.
+		<-gctx.Done()
+		r.ctlMu.Lock()
+		r.claimGroup, r.claimGroupCtx = nil, nil
+		r.ctlMu.Unlock()
+		return nil
+	})
 	go func() { claimedOnce.Wait(); close(firstClaims) }()
 	// Before the wake source starts: its health updates the same row. The
 	// row is kept fresh, like outcomes and leases, until the end of the
@@ -404,7 +443,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	g.Go(func() error { r.markReady(gctx, firstClaims); return nil })
 	g.Go(func() error { return r.maintenanceLoop(gctx) })
 	g.Go(func() error { return r.schedulerLoop(gctx) })
-	r.log.Info("runtime started", zap.Strings("queues", r.cfg.Queues), zap.String("mode", string(r.cfg.Mode)),
+	r.log.Info("runtime started", zap.Strings("queues", r.Queues()), zap.String("mode", string(r.cfg.Mode)),
 		zap.Int("concurrency", r.cfg.Concurrency), zap.Int("max_concurrency", r.cfg.MaxConcurrency),
 		zap.Duration("lease", r.cfg.Lease), zap.Strings("kinds", r.kindNames), zap.String("worker_id", r.registry.id))
 	err = g.Wait()
@@ -511,7 +550,7 @@ func (r *Runtime) watchHealth(ctx context.Context) {
 	for {
 		healthy := r.source.Healthy()
 		r.sweeper.poller.SetHealthy(healthy)
-		for _, p := range r.producers {
+		for _, p := range r.producerList() {
 			p.poller.SetHealthy(healthy)
 		}
 		if st := r.wakeState(); st.key() != last {

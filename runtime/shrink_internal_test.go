@@ -50,5 +50,5 @@ func TestClaimThatRunsOutOfTimeShrinks(t *testing.T) {
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE state = 'completed'`).Scan(&n)
 		return n == 150
 	}, 60*time.Second, 50*time.Millisecond, "the backlog did not drain")
-	require.Less(t, int(r.producers[0].batchCap.Load()), 100)
+	require.Less(t, int(r.producerList()[0].batchCap.Load()), 100)
 }

@@ -7,6 +7,7 @@ import "github.com/fila-run/fila/claimer"
 // JobFilter.State, JobRow.State and the rows other programs read hold them
 // as text.
 const (
+	StateHeld      = claimer.StateHeld      // inserted held (InsertOpts.Held); never claimed until Release
 	StateWaiting   = claimer.StateWaiting   // for its dependencies or its sequence predecessor (InsertOpts.After, InsertOpts.Sequence); never claimed
 	StatePending   = claimer.StatePending   // waiting for its run_at, or runnable now
 	StateRunning   = claimer.StateRunning   // claimed; owned by the worker holding its lease

@@ -22,7 +22,6 @@ import (
 type sweeper struct {
 	rt     *Runtime
 	poller *fallbackpoll.Poller
-	queues []string
 	log    *zap.Logger
 	// paused is each queue's pause as the last sweep found it, for the
 	// queue events; only the sweeper's goroutine uses it.
@@ -34,8 +33,7 @@ func newSweeper(rt *Runtime) (*sweeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sweeper{rt: rt, poller: poller, queues: slices.Compact(slices.Sorted(slices.Values(rt.cfg.Queues))),
-		log: rt.log.Named("sweep"), paused: map[string]bool{}}, nil
+	return &sweeper{rt: rt, poller: poller, log: rt.log.Named("sweep"), paused: map[string]bool{}}, nil
 }
 
 // run sweeps at every wake of its poller until ctx ends.
@@ -55,7 +53,14 @@ func (s *sweeper) run(ctx context.Context) error {
 // expired leases (any claim rescues them, on every queue).
 func (s *sweeper) sweep(ctx context.Context) {
 	rt := s.rt
-	res, err := rt.store.Sweep(ctx, s.queues, rt.kindNames)
+	// The queues now: one AddQueue added is swept from the next poll on.
+	producers := rt.producerList()
+	queues := make([]string, len(producers))
+	for i, p := range producers {
+		queues[i] = p.queue
+	}
+	slices.Sort(queues)
+	res, err := rt.store.Sweep(ctx, queues, rt.kindNames)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("sweep failed; will retry at the next poll", zap.Error(err))
@@ -78,8 +83,8 @@ func (s *sweeper) sweep(ctx context.Context) {
 			p.poller.DueWithin(q.NextDue)
 		}
 	}
-	if len(rt.producers) > 0 {
-		first := rt.producers[0]
+	if len(producers) > 0 {
+		first := producers[0]
 		switch {
 		case res.Expired:
 			found++

@@ -43,7 +43,7 @@ func prepareUnique(r *insertRow, o InsertOpts) error {
 	key := o.UniqueKey
 	r.uniqueKey = &key
 	for _, st := range o.UniqueStates {
-		if !slices.Contains(JobStates(), st) || st == "waiting" {
+		if !slices.Contains(JobStates(), st) || st == StateWaiting || st == StateHeld {
 			return fmt.Errorf("UniqueStates: %q is not a job state (states: %v)", st, JobStates())
 		}
 	}
@@ -97,7 +97,7 @@ func insertOne(ctx context.Context, db DB, r insertRow) (Inserted, error) {
 	}
 	if r.uniqueKey == nil {
 		var id int64
-		err := db.QueryRow(ctx, insertSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts, r.tagList(), r.metadata).Scan(&id)
+		err := db.QueryRow(ctx, insertSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts, r.tagList(), r.metadata, r.state()).Scan(&id)
 		return Inserted{ID: id}, err
 	}
 	// The duplicate may have been committed by another transaction after

@@ -44,6 +44,7 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 	fs.Var(&tags, "tag", "a tag to find the job by (fila jobs list --tag); repeat for more")
 	meta := keyValues{}
 	fs.Var(meta, "meta", "KEY=VALUE metadata the job carries to its handler and shows; repeat for more")
+	held := fs.Bool("held", false, "insert the job held: no worker runs it until `fila jobs release ID`")
 	after := fs.String("after", "", "ID[,ID…]: jobs that must complete first; until then the job is waiting")
 	onDepFailure := fs.String("on-dependency-failure", "", "with --after: when a dependency ends dead or cancelled, the job ends dead (default), cancel, or run anyway")
 	sequence := fs.String("sequence", "", "KEY: run one at a time, in insertion order, with the other jobs of this sequence")
@@ -64,7 +65,7 @@ func runEnqueue(ctx context.Context, g *globals, args []string) error {
 	if *maxAttempts < 1 || *maxAttempts > maxAttemptsMax {
 		return fmt.Errorf("--max-attempts %d out of range: allowed 1 to %d", *maxAttempts, maxAttemptsMax)
 	}
-	opts := &runtime.InsertOpts{Queue: *queue, Priority: int16(*priority), MaxAttempts: *maxAttempts, Tags: tags}
+	opts := &runtime.InsertOpts{Queue: *queue, Priority: int16(*priority), MaxAttempts: *maxAttempts, Tags: tags, Held: *held}
 	traceFromEnv(g, meta)
 	if len(meta) > 0 {
 		opts.Metadata = meta.asAny()

@@ -30,14 +30,15 @@ var jobsCommands = []jobsCommand{
 	{"show", "ID [--payload]", "show one job: payload, attempts, times and every attempt's error; --payload prints the payload alone, whole", runJobsShow},
 	{"retry", "ID… | --state dead|cancelled|completed|scheduled [--kind K] [--queue Q]", "run jobs that are not running again, due now: dead, cancelled and completed ones with attempts reset, scheduled ones made due now", runJobsRetry},
 	{"update", "ID [--priority N] [--run-at now|+DURATION|TIME] [--tags T,…] [--meta K=V]… [--max-attempts N]", "change a job that is not running: its priority, run_at, tags, metadata or attempt limit", runJobsUpdate},
-	{"cancel", "ID… | --state waiting|pending|running|scheduled|retrying [--kind K] [--queue Q]", "cancel waiting, pending or running jobs (a running one is stopped within a heartbeat)", runJobsCancel},
-	{"delete", "ID… | --state dead|cancelled|waiting|pending|scheduled|retrying [--kind K] [--queue Q]", "delete jobs that are not running", runJobsDelete},
+	{"release", "ID…", "let held jobs (enqueued with --held) go: they become pending and run at once, or at their run_at", runJobsRelease},
+	{"cancel", "ID… | --state held|waiting|pending|running|scheduled|retrying [--kind K] [--queue Q]", "cancel held, waiting, pending or running jobs (a running one is stopped within a heartbeat)", runJobsCancel},
+	{"delete", "ID… | --state dead|cancelled|held|waiting|pending|scheduled|retrying [--kind K] [--queue Q]", "delete jobs that are not running", runJobsDelete},
 	{"limits", "[--max-payload-bytes N] [--max-payload-depth N]", "show, or set, the largest and deepest payload the table accepts", runJobsLimits},
 }
 
 func init() {
-	register("jobs", "list, show, retry, update, cancel and delete jobs, and their payload limits: jobs list|show|retry|update|cancel|delete|limits", runJobs)
-	describeArgs("jobs", "list|show|retry|update|cancel|delete|limits")
+	register("jobs", "list, show, retry, update, release, cancel and delete jobs, and their payload limits: jobs list|show|retry|update|release|cancel|delete|limits", runJobs)
+	describeArgs("jobs", "list|show|retry|update|release|cancel|delete|limits")
 	for _, c := range jobsCommands {
 		describeArgs("jobs "+c.name, c.args)
 	}
@@ -586,10 +587,23 @@ func (sf stateFlags) filter() runtime.JobFilter {
 	return runtime.JobFilter{State: *sf.state, Kind: *sf.kind, Queue: *sf.queue}
 }
 
+func runJobsRelease(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("jobs release", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print what was released and skipped as JSON")
+	pos, err := g.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return errors.New("give the ids of the held jobs to release")
+	}
+	return changeByID(ctx, g, pos, *asJSON, "released", runtime.Release)
+}
+
 func runJobsCancel(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs cancel", flag.ContinueOnError)
 	states := strings.Join(runtime.CancelStates(), "|")
-	sf := addStateFlags(fs, "cancel", "waiting (for dependencies or a sequence), pending, running, scheduled (pending, due later) or retrying (pending after a failed attempt)")
+	sf := addStateFlags(fs, "cancel", "held, waiting (for dependencies or a sequence), pending, running, scheduled (pending, due later) or retrying (pending after a failed attempt)")
 	asJSON := fs.Bool("json", false, "print what was cancelled and skipped as JSON")
 	pos, err := g.parseArgs(fs, args)
 	if err != nil {
@@ -601,7 +615,7 @@ func runJobsCancel(ctx context.Context, g *globals, args []string) error {
 	}
 	if byState {
 		if !slices.Contains(runtime.CancelStates(), *sf.state) {
-			return fmt.Errorf("--state %q: only waiting, pending, running, scheduled or retrying jobs can be cancelled", *sf.state)
+			return fmt.Errorf("--state %q: only held, waiting, pending, running, scheduled or retrying jobs can be cancelled", *sf.state)
 		}
 		return changeWhere(ctx, g, sf.filter(), *asJSON, "cancel", "cancelled", runtime.CancelWhere)
 	}
@@ -611,7 +625,7 @@ func runJobsCancel(ctx context.Context, g *globals, args []string) error {
 func runJobsDelete(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("jobs delete", flag.ContinueOnError)
 	states := strings.Join(runtime.DeleteStates(), "|")
-	sf := addStateFlags(fs, "delete", "dead, cancelled, waiting, pending, scheduled or retrying (completed jobs go by retention)")
+	sf := addStateFlags(fs, "delete", "dead, cancelled, held, waiting, pending, scheduled or retrying (completed jobs go by retention)")
 	asJSON := fs.Bool("json", false, "print what was deleted and skipped as JSON")
 	pos, err := g.parseArgs(fs, args)
 	if err != nil {
@@ -623,7 +637,7 @@ func runJobsDelete(ctx context.Context, g *globals, args []string) error {
 	}
 	if byState {
 		if !slices.Contains(runtime.DeleteStates(), *sf.state) {
-			return fmt.Errorf("--state %q: only dead, cancelled, waiting, pending, scheduled or retrying jobs can be deleted by state (running ones: cancel them first; completed ones: retention deletes them)", *sf.state)
+			return fmt.Errorf("--state %q: only dead, cancelled, held, waiting, pending, scheduled or retrying jobs can be deleted by state (running ones: cancel them first; completed ones: retention deletes them)", *sf.state)
 		}
 		return changeWhere(ctx, g, sf.filter(), *asJSON, "delete", "deleted", runtime.DeleteWhere)
 	}
@@ -719,6 +733,8 @@ func changeByID(ctx context.Context, g *globals, args []string, asJSON bool, ver
 		switch {
 		case verb == "cancelled" && c.From == runtime.StateRunning:
 			line += ": its worker stops it at its next heartbeat"
+		case verb == "released" && c.RunsAt != nil:
+			line += fmt.Sprintf(": it runs from %s, its run_at", showTime(c.RunsAt))
 		case c.RunsAt != nil:
 			line += fmt.Sprintf(" while it ran: it runs again from %s, once that attempt's lease has ended", showTime(c.RunsAt))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,7 @@ WHERE id = $1::bigint`, dead)
 		{[]string{"jobs", "show", "999999"}, 1, "fila jobs show: job 999999 does not exist"},
 		{[]string{"jobs", "show"}, exitUsage, "fila jobs show: give one job id"},
 		{[]string{"jobs", "show", "x"}, 1, `fila jobs show: "x" is not a job id`},
-		{[]string{"jobs", "list", "--state", "failed"}, 1, `--state "failed" is unknown: use waiting, pending, running, completed, dead, cancelled`},
+		{[]string{"jobs", "list", "--state", "failed"}, 1, `--state "failed" is unknown: use held, waiting, pending, running, completed, dead, cancelled`},
 		{[]string{"jobs", "frob"}, exitUsage, `unknown jobs command "frob"`},
 		{[]string{"jobs", "--json", "list"}, exitUsage, "give the jobs command before its flags"},
 	} {
@@ -221,12 +222,12 @@ func TestJobsRetryCancelDelete(t *testing.T) {
 		{[]string{"jobs", "retry", "--kind", "mail"}, exitUsage, "add --state"},
 		{[]string{"jobs", "retry", "--state", "running"}, 1, `--state "running": only dead, cancelled, completed, scheduled jobs can be retried by state`},
 		{[]string{"jobs", "retry", "0"}, 1, `"0" is not a job id`},
-		{[]string{"jobs", "cancel"}, exitUsage, "give job ids, or --state waiting|pending|running|scheduled|retrying"},
+		{[]string{"jobs", "cancel"}, exitUsage, "give job ids, or --state held|waiting|pending|running|scheduled|retrying"},
 		{[]string{"jobs", "cancel", "1", "--state", "pending"}, exitUsage, "give job ids or --state, not both"},
 		{[]string{"jobs", "cancel", "--queue", "q"}, exitUsage, "add --state"},
-		{[]string{"jobs", "cancel", "--state", "dead"}, 1, `--state "dead": only waiting, pending, running, scheduled or retrying jobs can be cancelled`},
-		{[]string{"jobs", "delete"}, exitUsage, "give job ids, or --state dead|cancelled|waiting|pending|scheduled|retrying"},
-		{[]string{"jobs", "delete", "--state", "running"}, 1, `--state "running": only dead, cancelled, waiting, pending, scheduled or retrying jobs can be deleted by state (running ones: cancel them first; completed ones: retention deletes them)`},
+		{[]string{"jobs", "cancel", "--state", "dead"}, 1, `--state "dead": only held, waiting, pending, running, scheduled or retrying jobs can be cancelled`},
+		{[]string{"jobs", "delete"}, exitUsage, "give job ids, or --state dead|cancelled|held|waiting|pending|scheduled|retrying"},
+		{[]string{"jobs", "delete", "--state", "running"}, 1, `--state "running": only dead, cancelled, held, waiting, pending, scheduled or retrying jobs can be deleted by state (running ones: cancel them first; completed ones: retention deletes them)`},
 		{[]string{"jobs", "delete", "--state", "completed"}, 1, "completed ones: retention deletes them"},
 		{[]string{"jobs", "delete", "--state", "dead", "--queue", "a b"}, 1, "--queue: "},
 		{[]string{"jobs", "delete", "-5"}, exitUsage, "flag provided but not defined: -5"},
@@ -412,7 +413,7 @@ func TestJobsByState(t *testing.T) {
 	require.Len(t, ids("--state", "pending"), 4)
 	_, errOut, code = fila(t, db, "jobs", "list", "--state", "later")
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, `--state "later" is unknown: use waiting, pending, running, completed, dead, cancelled, scheduled, retrying`)
+	require.Contains(t, errOut, `--state "later" is unknown: use held, waiting, pending, running, completed, dead, cancelled, scheduled, retrying`)
 	out, errOut, code = fila(t, db, "jobs", "delete", "--state", "scheduled")
 	require.Zero(t, code, errOut)
 	require.Regexp(t, `^deleted 2 scheduled jobs: \d+, \d+\n$`, out)
@@ -492,4 +493,35 @@ func TestJobsListOrdersAndPagesUpdateAndQueues(t *testing.T) {
 	require.Zero(t, code, errOut)
 	require.Regexp(t, `(?m)^QUEUE\s+PAUSED\s+RUNNABLE\s+SCHEDULED\s+RUNNING\s+WAITING\s+DEAD\s+OLDEST RUNNABLE$`, out)
 	require.Regexp(t, `(?m)^default\s+no\s+0\s+1\s+1\s+0\s+1\s+-$`, out)
+}
+
+func TestJobsReleaseHeld(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	out, errOut, code := fila(t, db, "enqueue", "--kind", "mail", "--allow-unknown-kind", "--held")
+	require.Zero(t, code, errOut)
+	id, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	require.NoError(t, err, out)
+	var state string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT state FROM fila_jobs WHERE id = $1::bigint", id).Scan(&state))
+	require.Equal(t, "held", state)
+
+	out, errOut, code = fila(t, db, "jobs", "list", "--state", "held", "--json")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, fmt.Sprintf(`"id": %d`, id))
+
+	out, errOut, code = fila(t, db, "jobs", "release", fmt.Sprint(id), "424242")
+	require.Equal(t, 1, code, "a job left alone fails the command")
+	require.Equal(t, fmt.Sprintf("job %d: released (was held)\n", id), out)
+	require.Equal(t, "fila jobs release: job 424242 does not exist\n", errOut)
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT state FROM fila_jobs WHERE id = $1::bigint", id).Scan(&state))
+	require.Equal(t, "pending", state)
+
+	_, errOut, code = fila(t, db, "jobs", "release", fmt.Sprint(id))
+	require.Equal(t, 1, code)
+	require.Equal(t, fmt.Sprintf("fila jobs release: job %d is pending, not held: only held jobs are released\n", id), errOut)
+
+	_, errOut, code = fila(t, db, "jobs", "release")
+	require.NotZero(t, code)
+	require.Contains(t, errOut, "ids")
 }

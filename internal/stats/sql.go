@@ -38,6 +38,9 @@ GROUP BY queue, kind`
 FROM fila_jobs j WHERE j.state = 'waiting'
 GROUP BY j.queue`
 
+	// Reads fila_jobs_held_idx.
+	heldSQL = `SELECT queue, count(*) FROM fila_jobs WHERE state = 'held' GROUP BY queue`
+
 	// The sequences blocked by a dead job, the oldest first.
 	blockedSQL = `SELECT j.sequence_key, j.sequence_prev, j.id, j.queue
 FROM fila_jobs j

@@ -88,6 +88,8 @@ type Queue struct {
 	// is blocked by a dead job (see Snapshot.Blocked).
 	Waiting int64 `json:"waiting"`
 	Blocked int64 `json:"blocked"`
+	// Held counts jobs inserted held, which run only once released.
+	Held int64 `json:"held"`
 }
 
 // BlockedSequence is a sequence whose next job waits behind a dead one:
@@ -382,6 +384,17 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx, w Window) error {
 			return nil
 		})
 		return named("waiting", err)
+	})
+	b.Queue(heldSQL).Query(func(rows pgx.Rows) error {
+		var (
+			name string
+			held int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&name, &held}, func() error {
+			queue(name).Held = held
+			return nil
+		})
+		return named("held", err)
 	})
 	s.Blocked = []BlockedSequence{}
 	b.Queue(blockedSQL).Query(func(rows pgx.Rows) error {

@@ -80,10 +80,10 @@ func (s *server) jobsAction(w http.ResponseWriter, r *http.Request) {
 	}
 	op := r.PostForm.Get("op")
 	act := map[string]func(ctx context.Context, db runtime.DB, ids ...int64) (runtime.ChangeResult, error){
-		"retry": runtime.Retry, "cancel": runtime.Cancel, "delete": runtime.Delete,
+		"retry": runtime.Retry, "release": runtime.Release, "cancel": runtime.Cancel, "delete": runtime.Delete,
 	}[op]
 	if act == nil {
-		s.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("action %q is unknown: use retry, cancel or delete", op))
+		s.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("action %q is unknown: use retry, release, cancel or delete", op))
 		return
 	}
 	raw := r.PostForm["id"]
@@ -117,7 +117,7 @@ func (s *server) jobsAction(w http.ResponseWriter, r *http.Request) {
 
 // describeChange says in a line what an action did and why it skipped jobs.
 func describeChange(op string, res runtime.ChangeResult) string {
-	past := map[string]string{"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[op]
+	past := map[string]string{"retry": "retried", "release": "released", "cancel": "cancelled", "delete": "deleted"}[op]
 	var b strings.Builder
 	switch n := len(res.Changed); n {
 	case 0:
@@ -128,7 +128,9 @@ func describeChange(op string, res runtime.ChangeResult) string {
 		fmt.Fprintf(&b, "%s %d jobs", past, n)
 	}
 	for _, c := range res.Changed {
-		if c.RunsAt != nil {
+		if c.RunsAt != nil && op == "release" {
+			fmt.Fprintf(&b, "; job %d runs at %s, its run_at", c.ID, c.RunsAt.UTC().Format("15:04:05 UTC"))
+		} else if c.RunsAt != nil {
 			fmt.Fprintf(&b, "; job %d runs at %s, once its cancelled attempt's lease has ended", c.ID, c.RunsAt.UTC().Format("15:04:05 UTC"))
 		}
 	}

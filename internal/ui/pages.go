@@ -192,10 +192,11 @@ type jobDetail struct {
 	// Metadata and Output are the job's, indented; "" for none.
 	Metadata, Output string
 	// Flow is the job's place in its flows; nil when it has none.
-	Flow      *runtime.JobFlow
-	CanRetry  bool
-	CanCancel bool
-	CanDelete bool
+	Flow       *runtime.JobFlow
+	CanRetry   bool
+	CanRelease bool
+	CanCancel  bool
+	CanDelete  bool
 }
 
 func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
@@ -219,7 +220,7 @@ func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
 		jsonpreview.Limits{MaxBytes: s.opts.PayloadPreviewBytes, MaxDepth: s.opts.PayloadPreviewDepth})
 	d := &jobDetail{Job: job, Payload: preview.Text, PayloadCut: preview.Cut, PayloadElided: preview.Elided,
 		PreviewBytes: s.opts.PayloadPreviewBytes, PreviewDepth: s.opts.PayloadPreviewDepth,
-		CanRetry: runtime.CanRetryJob(job.JobRow), CanCancel: runtime.CanCancel(job.State),
+		CanRetry: runtime.CanRetryJob(job.JobRow), CanRelease: runtime.CanRelease(job.State), CanCancel: runtime.CanCancel(job.State),
 		CanDelete: runtime.CanDelete(job.State)}
 	flow, err := runtime.GetJobFlow(ctx, s.pool, id)
 	if err != nil {

@@ -358,3 +358,34 @@ RETURNING id`, state, key).Scan(&id))
 	require.Len(t, res.Skipped, 1)
 	require.Equal(t, holder, res.Skipped[0].HeldBy)
 }
+
+// A held job is listed under its state and shown held on its page, and
+// the release action lets it go.
+func TestReleaseHeldJob(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	const token = "header-token-00002"
+	id, err := runtime.Insert(context.Background(), db.Pool, "charge", nil, &runtime.InsertOpts{Held: true})
+	require.NoError(t, err)
+	srv := serve(t, db, token)
+	c := client(t)
+	script := map[string]string{"Authorization": "Bearer " + token, "Sec-Fetch-Site": "", "Origin": ""}
+
+	_, page := get(t, c, srv.URL+"/jobs?state=held")
+	require.Contains(t, page, fmt.Sprintf("/jobs/%d", id))
+	_, page = get(t, c, srv.URL+fmt.Sprintf("/jobs/%d", id))
+	require.Contains(t, page, `id="state">held</span>`)
+
+	resp, body := post(t, c, srv, "/actions/jobs", url.Values{"op": {"release"}, "id": {strconv.FormatInt(id, 10)}}, script)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	var res runtime.ChangeResult
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	require.Equal(t, []int64{id}, res.IDs())
+	require.Equal(t, "pending", jobState(t, db, id))
+
+	resp, body = post(t, c, srv, "/actions/jobs", url.Values{"op": {"release"}, "id": {strconv.FormatInt(id, 10)}}, script)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	require.Empty(t, res.Changed)
+	require.Contains(t, res.Skipped[0].Reason, "is pending, not held")
+}

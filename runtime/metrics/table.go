@@ -16,7 +16,7 @@ import (
 
 var (
 	jobsDesc = prometheus.NewDesc("fila_jobs",
-		"Jobs in the table per queue and state: pending (runnable or scheduled), running, and waiting (for dependencies or a sequence). Dead jobs are fila_queue_dead_jobs per queue and fila_dead_jobs per kind; cancelled and completed ones are counted table-wide: fila_cancelled_jobs, fila_completed_jobs.",
+		"Jobs in the table per queue and state: pending (runnable or scheduled), running, waiting (for dependencies or a sequence) and held (until released). Dead jobs are fila_queue_dead_jobs per queue and fila_dead_jobs per kind; cancelled and completed ones are counted table-wide: fila_cancelled_jobs, fila_completed_jobs.",
 		[]string{"queue", "state"}, nil)
 	runnableDesc = prometheus.NewDesc("fila_runnable_jobs",
 		"Pending jobs whose run_at has passed: the backlog, without jobs scheduled for later or waiting out a retry backoff.",
@@ -173,6 +173,7 @@ func (t *tableStats) collect(ch chan<- prometheus.Metric) {
 		gauge(jobsDesc, float64(q.Runnable+q.Scheduled), name, runtime.StatePending)
 		gauge(jobsDesc, float64(q.Running), name, runtime.StateRunning)
 		gauge(jobsDesc, float64(q.Waiting), name, runtime.StateWaiting)
+		gauge(jobsDesc, float64(q.Held), name, runtime.StateHeld)
 		gauge(runnableDesc, float64(q.Runnable), name)
 		gauge(oldestDesc, q.OldestRunnableSeconds, name)
 		gauge(expiredDesc, float64(q.ExpiredLeases), name)
