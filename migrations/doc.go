@@ -62,6 +62,7 @@
 //	  fila_rate_starts_key_idx       index     0022
 //	  fila_rate_starts_until_idx     index     0022
 //	fila_recurring                   table     0003
+//	fila_river_imports               table     0029
 //	fila_sequences                   table     0023
 //	fila_sleepers                    table     0005
 //	fila_workers                     table     0002 0015 0020

@@ -1,7 +1,7 @@
 -- Fila's schema as Migrate leaves it: tables with their columns,
 -- constraints and indexes, then functions, then triggers.
 --
--- Migration: 0028 (held)
+-- Migration: 0029 (river_imports)
 -- Generated on PostgreSQL 15 from a freshly migrated database: do not edit.
 --
 -- The numbered migrations are its history, and doc.go lists which of them
@@ -170,6 +170,12 @@ CREATE TABLE fila_recurring (
     CONSTRAINT fila_recurring_pkey PRIMARY KEY (task),
     CONSTRAINT fila_recurring_missed_check CHECK ((missed = ANY (ARRAY['latest'::text, 'none'::text]))),
     CONSTRAINT fila_recurring_task_valid CHECK (((task <> ''::text) AND (length(task) <= 200)))
+);
+
+CREATE TABLE fila_river_imports (
+    river_job_id bigint NOT NULL,
+    imported_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT fila_river_imports_pkey PRIMARY KEY (river_job_id)
 );
 
 CREATE TABLE fila_sequences (

@@ -330,9 +330,24 @@ func TestImportRiverJobsOfEveryState(t *testing.T) {
 	again := filaJobsByRiverID(t, db.Pool)
 	require.Len(t, again, 10)
 	for id, j := range imported {
-		require.Equal(t, j.ID, again[id].ID)
-		require.Equal(t, j.State, again[id].State)
+		was, is := *j, *again[id]
+		was.Now, is.Now = time.Time{}, time.Time{} // when each was read
+		require.Equal(t, was, is, "River job %d changed by the second run", id)
 	}
+	var recorded int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_river_imports").Scan(&recorded))
+	require.Equal(t, 10, recorded)
+
+	// Imported jobs deleted from fila_jobs (retention deletes completed
+	// ones) are still known as moved: River's rows do not move again.
+	_, err = db.Pool.Exec(ctx, "DELETE FROM fila_jobs WHERE state = 'completed'")
+	require.NoError(t, err)
+	rep, err = riverimport.Import(ctx, db.Pool, cfg)
+	require.NoError(t, err)
+	require.Zero(t, rep.MovedTotal())
+	require.EqualValues(t, 10, rep.AlreadyImported)
+	imported = filaJobsByRiverID(t, db.Pool)
+	require.Len(t, imported, 8)
 
 	// River stops (its blocked job finishes in River), then --delete on the
 	// same database removes what moved, and moves nothing again.

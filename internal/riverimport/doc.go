@@ -2,10 +2,14 @@
 // fila_jobs, for a team switching from River to Fila: `fila import river`
 // is its command line.
 //
-// Jobs move in batches of River ids, each batch in one transaction of the
-// Fila database. Every imported job carries River's id in its metadata
-// (MetadataKey), and a batch skips the River ids already found there, so an
-// import that stopped half way, or runs twice, moves nothing twice.
+// Jobs move in batches of River ids, read in id order after the last one
+// moved (never by OFFSET), each batch in one transaction of the Fila
+// database. Every River id moved is recorded in fila_river_imports, in the
+// statement that writes its job, and a batch skips the ids recorded there,
+// so an import that stopped half way, or runs twice, moves nothing twice —
+// even once a moved job has been deleted from fila_jobs. Every imported job
+// also carries River's id in its metadata (MetadataKey), for people to
+// find it by.
 //
 // The jobs are written with one INSERT … SELECT FROM unnest(…) per batch
 // rather than through runtime.InsertMany: River's attempts, error history,

@@ -373,18 +373,20 @@ func insert(ctx context.Context, tx pgx.Tx, rows []filaJob) error {
 	attempts, maxes := make([]int32, n), make([]int32, n)
 	lastErrs, tags := make([]*string, n), make([]*string, n)
 	errs, metadata := make([]string, n), make([]string, n)
+	riverIDs := make([]int64, n)
 	for i, r := range rows {
+		riverIDs[i] = r.riverID
 		queues[i], kinds[i], payloads[i], states[i] = r.queue, r.kind, r.payload, r.state
 		prios[i], runAts[i], createds[i], starteds[i], finisheds[i] = r.priority, r.runAt, r.createdAt, r.startedAt, r.finishedAt
 		attempts[i], maxes[i], lastErrs[i], tags[i], errs[i], metadata[i] = r.attempts, r.maxAttempts, r.lastError, r.tags, r.errors, r.metadata
 	}
 	tag, err := tx.Exec(ctx, insertSQL, queues, kinds, payloads, prios, states, runAts, attempts, maxes,
-		lastErrs, createds, starteds, finisheds, errs, tags, metadata)
+		lastErrs, createds, starteds, finisheds, errs, tags, metadata, riverIDs)
 	if err != nil {
 		return err
 	}
 	if tag.RowsAffected() != int64(n) {
-		return fmt.Errorf("inserted %d rows of %d", tag.RowsAffected(), n)
+		return fmt.Errorf("inserted %d rows of %d: the others were recorded as moved meanwhile", tag.RowsAffected(), n)
 	}
 	return nil
 }

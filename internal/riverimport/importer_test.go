@@ -4,16 +4,19 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/riverimport"
 	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/internal/testrt"
+	"github.com/fila-run/fila/migrations"
 )
 
-// The importer's error cases. Its tests against River's real schema, with
-// jobs River put in every state, are in bench/peers (riverimport_test.go),
-// the module that depends on River.
+// The importer's error cases and its idempotency, on the part of River's
+// schema it reads. Its tests against River's real schema, with jobs River
+// put in every state, are in bench/peers (riverimport_test.go), the module
+// that depends on River.
 
 // minimalRiverSQL is the part of river_job an error case needs; River's
 // own schema is built by rivermigrate in bench/peers.
@@ -101,4 +104,109 @@ func TestBadJobIsNamed(t *testing.T) {
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM fila_jobs").Scan(&n))
 	require.Equal(t, 2, n, "the first batch moved; the bad one's did not")
+}
+
+// filaRows is every imported job as a line of its columns, by River id.
+func filaRows(t *testing.T, db *testdb.DB) map[int64]string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT (metadata->>'`+riverimport.MetadataKey+`')::bigint,
+		concat_ws('|', id, queue, kind, payload, priority, state, run_at, attempts, max_attempts, last_error, errors, tags, metadata)
+		FROM fila_jobs ORDER BY id`)
+	require.NoError(t, err)
+	out := map[int64]string{}
+	var id int64
+	var line string
+	_, err = pgx.ForEachRow(rows, []any{&id, &line}, func() error {
+		_, dup := out[id]
+		require.False(t, dup, "River job %d imported twice", id)
+		out[id] = line
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// A second run, a dry run after it, and a run after the imported jobs were
+// deleted from fila_jobs (as retention deletes completed ones) move nothing
+// again: every River id moved is recorded.
+func TestImportTwiceMovesNothingTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testrt.Migrated(t)
+	_, err := db.Pool.Exec(ctx, minimalRiverSQL)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO river_job (kind, queue, args, tags, metadata, priority, scheduled_at, state)
+		SELECT 'k' || (i % 3), 'q' || (i % 2), jsonb_build_object('n', i), ARRAY['t' || (i % 4)], '{"team": "x"}', 1 + i % 4,
+		       now() + make_interval(mins => i), CASE WHEN i % 5 = 0 THEN 'scheduled' ELSE 'available' END::river_job_state
+		FROM generate_series(1, 25) AS i`)
+	require.NoError(t, err)
+
+	cfg := riverimport.Config{BatchSize: 4}
+	rep, err := riverimport.Import(ctx, db.Pool, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 25, rep.MovedTotal())
+	require.Zero(t, rep.AlreadyImported)
+	require.Equal(t, 7, rep.Batches)
+	first := filaRows(t, db)
+	require.Len(t, first, 25)
+
+	rep, err = riverimport.Import(ctx, db.Pool, cfg)
+	require.NoError(t, err)
+	require.Zero(t, rep.MovedTotal())
+	require.EqualValues(t, 25, rep.AlreadyImported)
+	require.Equal(t, first, filaRows(t, db), "a second run changed the imported jobs")
+
+	dry := cfg
+	dry.DryRun = true
+	rep, err = riverimport.Import(ctx, db.Pool, dry)
+	require.NoError(t, err)
+	require.Zero(t, rep.MovedTotal())
+	require.EqualValues(t, 25, rep.AlreadyImported)
+
+	// One more River job, then the imported ones gone from fila_jobs:
+	// only the new one moves.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO river_job (kind) VALUES ('late')`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `DELETE FROM fila_jobs WHERE id IN (SELECT id FROM fila_jobs ORDER BY id LIMIT 10)`)
+	require.NoError(t, err)
+	rep, err = riverimport.Import(ctx, db.Pool, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.MovedTotal())
+	require.EqualValues(t, 25, rep.AlreadyImported)
+	after := filaRows(t, db)
+	require.Len(t, after, 16)
+	require.Contains(t, after[26], "|late|")
+}
+
+// Jobs imported by a version without fila_river_imports are known by their
+// metadata: the migration that adds the table records them.
+func TestImportKnowsJobsMovedBeforeItsTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	before := 0
+	for _, m := range all {
+		if m.Name == "river_imports" {
+			break
+		}
+		before = m.Version
+	}
+	_, err = migrations.MigrateTo(ctx, db.Pool, before)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, minimalRiverSQL)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO river_job (kind) SELECT 'a' FROM generate_series(1, 5);
+		INSERT INTO fila_jobs (kind, metadata) VALUES
+			('a', '{"river_job_id": 1}'), ('a', '{"river_job_id": 2, "team": "x"}'), ('a', '{"river_job_id": 2}'),
+			('a', '{"river_job_id": "3"}'), ('a', '{"river_job_id": 4.5}'), ('a', '{"other": 5}')`)
+	require.NoError(t, err)
+	_, err = migrations.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+
+	rep, err := riverimport.Import(ctx, db.Pool, riverimport.Config{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, rep.AlreadyImported, "River jobs 1 and 2 moved before")
+	require.EqualValues(t, 3, rep.MovedTotal(), "3, 4 and 5 had no number of theirs in any job's metadata")
 }

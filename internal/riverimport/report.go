@@ -27,8 +27,8 @@ type Report struct {
 	DryRun bool
 	// Moved lists the jobs moved, by River state and kind.
 	Moved []Count
-	// AlreadyImported counts the River jobs found in fila_jobs already (by
-	// MetadataKey), which did not move again.
+	// AlreadyImported counts the River jobs found moved already (in
+	// fila_river_imports), which did not move again.
 	AlreadyImported int64
 	// Deleted counts the rows removed from river_job (Config.Delete).
 	Deleted int64

@@ -33,19 +33,28 @@ const (
 
 	nowSQL = `SELECT now()`
 
-	// Which of these River ids moved already: a probe per id of the GIN
-	// index on metadata.
-	importedSQL = `SELECT r FROM unnest($1::bigint[]) AS r
-WHERE EXISTS (SELECT 1 FROM fila_jobs j
-              WHERE j.metadata @> jsonb_build_object('` + MetadataKey + `', r))`
+	// Which of these River ids moved already: one scan of
+	// fila_river_imports' primary key for the whole batch.
+	importedSQL = `SELECT river_job_id FROM fila_river_imports WHERE river_job_id = ANY ($1::bigint[])`
 
 	// One statement a batch, so the insert trigger notifies once per queue.
-	// The rows keep River's order: their ids grow with River's.
-	insertSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, state, run_at, attempts, max_attempts,
+	// A job is written only if its River id was not recorded yet: the
+	// statement itself moves nothing twice, whatever the probe before it
+	// found. The rows keep River's order: their ids grow with River's.
+	insertSQL = `WITH src AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::timestamptz[], $7::int[], $8::int[],
+                         $9::text[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::text[], $14::text[], $15::text[],
+                         $16::bigint[])
+        WITH ORDINALITY AS t(q, k, p, pr, st, ra, at, ma, le, ca, sa, fa, er, tg, md, rid, n)
+), moved AS (
+    INSERT INTO fila_river_imports (river_job_id)
+    SELECT rid FROM src
+    ON CONFLICT (river_job_id) DO NOTHING
+    RETURNING river_job_id
+)
+INSERT INTO fila_jobs (queue, kind, payload, priority, state, run_at, attempts, max_attempts,
                        last_error, created_at, started_at, finished_at, errors, tags, metadata)
 SELECT q, k, p::jsonb, pr, st, coalesce(ra, now()), at, ma, le, ca, sa, fa, er::jsonb, string_to_array(tg, E'\x1f'), md::jsonb
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::timestamptz[], $7::int[], $8::int[],
-            $9::text[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::text[], $14::text[], $15::text[])
-     WITH ORDINALITY AS t(q, k, p, pr, st, ra, at, ma, le, ca, sa, fa, er, tg, md, n)
+FROM src JOIN moved ON moved.river_job_id = src.rid
 ORDER BY n`
 )
