@@ -34,7 +34,7 @@ ON CONFLICT (queue, kind) DO UPDATE SET last_seen_at = now()`
 VALUES ($1::text, $2::text, $3::int, $4::text[], $5::text[], $6::text, $7::text, $8::text, $9::text,
     make_interval(secs => $10::float8), $11::text[])
 ON CONFLICT (id) DO UPDATE SET wake_source = EXCLUDED.wake_source, wake_error = EXCLUDED.wake_error,
-    degraded = EXCLUDED.degraded, last_seen_at = now()`
+    degraded = EXCLUDED.degraded, recurring = EXCLUDED.recurring, last_seen_at = now()`
 
 	// The liveness heartbeat: false when the row is gone.
 	sqlWorkerSeen = `SELECT fila_worker_seen($1::text)`
@@ -146,11 +146,7 @@ func (g *registry) write(ctx context.Context, st wakeState) error {
 
 // recurring names the recurring tasks this worker schedules.
 func (g *registry) recurring() []string {
-	names := make([]string, 0, len(g.rt.cfg.Recurring))
-	for _, t := range g.rt.cfg.Recurring {
-		names = append(names, t.Name)
-	}
-	return names
+	return g.rt.recurring.names()
 }
 
 // aliveLoop refreshes the worker's row every LivenessInterval until ctx
