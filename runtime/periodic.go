@@ -108,7 +108,9 @@ type recurringSet struct {
 	mu      sync.Mutex
 	entries []recurringEntry
 	version uint64 // counts the changes, from 1
-	lastID  uint64
+	// rowVersion is the version the worker's row in fila_workers lists.
+	rowVersion uint64
+	lastID     uint64
 	// changed wakes the scheduler after a change; one pending wake is
 	// enough, it reads the whole set.
 	changed chan struct{}
@@ -130,15 +132,29 @@ func (s *recurringSet) snapshot() (uint64, []recurringEntry) {
 	return s.version, slices.Clone(s.entries)
 }
 
-// names returns the names of the tasks, in order.
-func (s *recurringSet) names() []string {
+// names returns the names of the tasks, in order, and the set's version.
+func (s *recurringSet) names() ([]string, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	names := make([]string, len(s.entries))
 	for i, e := range s.entries {
 		names[i] = e.task.Name
 	}
-	return names
+	return names, s.version
+}
+
+// rowWritten records that the worker's row lists the tasks of version v.
+func (s *recurringSet) rowWritten(v uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rowVersion = max(s.rowVersion, v)
+}
+
+// rowBehind says whether the worker's row lists an older set than version v.
+func (s *recurringSet) rowBehind(v uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rowVersion < v
 }
 
 func (s *recurringSet) add(t RecurringTask) error {
@@ -204,5 +220,6 @@ func (r *Runtime) RemoveRecurring(name string) bool {
 // RecurringNames returns the names of the recurring tasks this runtime
 // schedules, in the order they were declared or added.
 func (r *Runtime) RecurringNames() []string {
-	return r.recurring.names()
+	names, _ := r.recurring.names()
+	return names
 }

@@ -258,8 +258,7 @@ const catchUpMax = 60
 func (r *Runtime) schedulerLoop(ctx context.Context) error {
 	log := r.log.Named("recurring")
 	var tasks []*scheduledTask
-	var seen uint64   // the version of the set tasks were taken from; a set starts at 1
-	rowStale := false // the worker's row does not list the tasks it schedules yet
+	var seen uint64 // the version of the set tasks were taken from; a set starts at 1
 	for {
 		if v, entries := r.recurring.snapshot(); v != seen {
 			var err error
@@ -269,15 +268,13 @@ func (r *Runtime) schedulerLoop(ctx context.Context) error {
 			if seen != 0 || len(tasks) > 0 {
 				log.Info("scheduling recurring tasks", zap.Strings("tasks", taskNames(tasks)))
 			}
-			// The row Run wrote lists the tasks of the configuration; a
-			// change must reach it so that no task is taken for orphaned
-			// while this worker schedules it, nor the other way round.
-			rowStale = rowStale || seen != 0
 			seen = v
 		}
-		if rowStale {
-			rowStale = !r.writeRecurring(ctx, log)
-		}
+		// The worker's row must list the tasks it schedules, so that no
+		// task is taken for orphaned while this worker schedules it, nor the
+		// other way round: Run wrote the set of that moment, and a change
+		// since then is written here, before its first pass.
+		rowStale := r.recurring.rowBehind(seen) && !r.writeRecurring(ctx, log)
 		if len(tasks) == 0 {
 			select {
 			case <-ctx.Done():
@@ -414,13 +411,16 @@ func (r *Runtime) defineTask(ctx context.Context, t *scheduledTask) error {
 func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask, now time.Time) error {
 	if !t.caughtUp && t.RunOnStart {
 		latest, ok := latestSlot(t.sched, now)
-		if ok && (t.isNew || latest.After(t.cursor)) {
+		switch {
+		case ok && (t.isNew || latest.After(t.cursor)):
 			if err := r.enqueueSlot(log, t, latest, now); err != nil {
 				return err // the first pass again, next time
 			}
 			// A slot after it may fall before the moment a new task was
 			// recorded: the cursor starts at this one, not there.
 			t.cursor = latest
+		case ok:
+			log.Debug(slotTakenMsg, zap.String("task", t.Name), zap.Time("slot", latest))
 		}
 		t.caughtUp = true
 		return nil
@@ -457,6 +457,8 @@ const (
 	slotDuplicate = "duplicate" // its job would duplicate an existing one
 	slotSkipped   = "skipped"   // Construct returned no job
 )
+
+const slotTakenMsg = "a recurring task's slot has its job already"
 
 // enqueueSlot enqueues one slot's job, unless another worker has (or a later
 // slot already was).
@@ -524,7 +526,7 @@ func (r *Runtime) enqueueSlot(log *zap.Logger, t *scheduledTask, slot, now time.
 	case slotEnqueued:
 		log.Info("enqueued a recurring task's job", append(fields, zap.Int64("job_id", res.ID), zap.Duration("late", now.Sub(slot)))...)
 	case slotTaken:
-		log.Debug("a recurring task's slot has its job already", fields...)
+		log.Debug(slotTakenMsg, fields...)
 	case slotDuplicate:
 		log.Info("a recurring task's slot enqueued nothing: its job would duplicate an existing one",
 			append(fields, zap.Int64("job_id", res.ID), zap.String("state", res.DuplicateState))...)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -100,6 +101,8 @@ type registry struct {
 	id   string
 	host string
 	pid  int
+
+	writeMu sync.Mutex // see write
 }
 
 func newRegistry(rt *Runtime) *registry {
@@ -139,14 +142,17 @@ func (g *registry) write(ctx context.Context, st wakeState) error {
 	if st.degraded != "" {
 		degraded = &st.degraded
 	}
+	// One write at a time: a row written from an older set of recurring
+	// tasks must not land after a newer one.
+	g.writeMu.Lock()
+	defer g.writeMu.Unlock()
+	recurring, version := g.rt.recurring.names()
 	_, err := g.rt.store.Exec(ctx, sqlUpsertWorker, g.id, g.host, g.pid, g.rt.cfg.Queues, g.rt.kindNames,
-		string(g.rt.cfg.Mode), st.state, wakeErr, degraded, g.rt.cfg.LivenessInterval.Seconds(), g.recurring())
+		string(g.rt.cfg.Mode), st.state, wakeErr, degraded, g.rt.cfg.LivenessInterval.Seconds(), recurring)
+	if err == nil {
+		g.rt.recurring.rowWritten(version)
+	}
 	return err
-}
-
-// recurring names the recurring tasks this worker schedules.
-func (g *registry) recurring() []string {
-	return g.rt.recurring.names()
 }
 
 // aliveLoop refreshes the worker's row every LivenessInterval until ctx
