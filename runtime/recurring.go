@@ -70,9 +70,10 @@ type RecurringTask struct {
 	// the one worker that claims the slot: its args (their type's
 	// InsertOpts as defaults, under the task's options) and options over
 	// both (nil for none). Its job goes through Config.InsertMiddleware as
-	// a Client's Insert does. A nil JobArgs enqueues nothing for that slot;
-	// an error it panics with is retried like a database error. Use
-	// PeriodicJob to declare one. Defaults to none: Kind and Payload.
+	// a Client's Insert does. A nil JobArgs enqueues nothing for that slot.
+	// A panic is logged as an error and the slot tried again a second
+	// later, as after a database error. Use PeriodicJob to declare one.
+	// Defaults to none: Kind and Payload.
 	Construct func(slot time.Time) (JobArgs, *InsertOpts)
 	// RunOnStart enqueues the task's latest slot (the last one at or
 	// before now) when the runtime starts, or when AddRecurring adds the
@@ -276,10 +277,17 @@ func (r *Runtime) schedulerLoop(ctx context.Context) error {
 		// since then is written here, before its first pass.
 		rowStale := r.recurring.rowBehind(seen) && !r.writeRecurring(ctx, log)
 		if len(tasks) == 0 {
+			// Nothing to schedule until a task is added; a row still to
+			// write is tried again meanwhile.
+			var retry <-chan time.Time
+			if rowStale {
+				retry = time.After(5 * time.Second)
+			}
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-r.recurring.changed:
+			case <-retry:
 			}
 			continue
 		}
@@ -615,11 +623,14 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // RecurringTaskState is one recurring task as fila_recurring records it.
 type RecurringTaskState struct {
-	Name      string          `json:"name"`
-	Schedule  string          `json:"schedule"`
-	TimeZone  string          `json:"time_zone"`
-	Kind      string          `json:"kind"`
-	Queue     string          `json:"queue"`
+	Name     string `json:"name"`
+	Schedule string `json:"schedule"`
+	TimeZone string `json:"time_zone"`
+	Kind     string `json:"kind"`
+	Queue    string `json:"queue"`
+	// Payload is the task's. For a task whose jobs Construct builds it is
+	// {} when a worker records the task, then the payload of each slot's
+	// job once enqueued, and Queue that job's queue.
 	Payload   json.RawMessage `json:"payload"`
 	Missed    Missed          `json:"missed"`
 	LastSlot  *time.Time      `json:"last_slot"`
