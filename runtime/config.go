@@ -294,7 +294,9 @@ type Config struct {
 	// InsertMiddleware wraps the inserts of the recurring tasks' jobs, the
 	// first outermost, as a Client's wraps its inserts: give it the
 	// middleware of your Client, so that a job enqueued on a schedule is
-	// traced or stamped like one inserted by hand. Defaults to none.
+	// traced or stamped like one inserted by hand. It runs inside the
+	// transaction that claims the slot, whose lock other workers wait on:
+	// keep it quick. Defaults to none.
 	InsertMiddleware []InsertMiddleware
 	// ErrorHandler, if set, is told of every failed attempt, with the
 	// panic's value and stack for a handler that panicked, and may make the
