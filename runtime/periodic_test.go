@@ -396,3 +396,31 @@ func TestPeriodicJobValidation(t *testing.T) {
 	_, err := runtime.New(cfg)
 	require.ErrorContains(t, err, "InsertMiddleware[0] is nil")
 }
+
+// A Construct that panics enqueues nothing and claims no slot; it is
+// logged and tried again, and the other tasks go on.
+func TestPeriodicJobConstructPanicIsRetried(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	boom := runtime.PeriodicJob("boom", "@every 1s", func(time.Time) (tickArgs, *runtime.InsertOpts) {
+		calls.Add(1)
+		panic("no args today")
+	})
+	log, logs := observed(t)
+	cfg := baseConfig(t, db, workTick, runtime.Kind{Name: "static-tick", Handler: noop})
+	cfg.Logger = log
+	cfg.Recurring = []runtime.RecurringTask{boom, {Name: "ok", Schedule: "@every 1s", Kind: "static-tick"}}
+	start(t, cfg)
+	waitFor(t, 30*time.Second, "two slots of the other task, Construct called twice", func() bool {
+		return countJobs(t, db, "static-tick") >= 2 && calls.Load() >= 2
+	})
+	require.Zero(t, countJobs(t, db, "periodic-tick"))
+	var claimed bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT last_slot IS NOT NULL FROM fila_recurring WHERE task = 'boom'`).Scan(&claimed))
+	require.False(t, claimed, "the slot's claim rolled back with the failed insert")
+	failed := logs.FilterMessage("cannot enqueue a recurring task's job; will retry").FilterField(zap.String("task", "boom")).All()
+	require.NotEmpty(t, failed)
+	require.Contains(t, failed[0].ContextMap()["error"], "Construct panicked: no args today")
+}
