@@ -288,8 +288,16 @@ type Config struct {
 	LivenessInterval time.Duration
 	// Recurring are tasks this worker schedules: each enqueues a job at
 	// every slot of its schedule. Any number of workers may declare the same
-	// task; exactly one job is enqueued per slot. Defaults to none.
+	// task; exactly one job is enqueued per slot. AddRecurring and
+	// RemoveRecurring change them while the runtime runs. Defaults to none.
 	Recurring []RecurringTask
+	// InsertMiddleware wraps the inserts of the recurring tasks' jobs, the
+	// first outermost, as a Client's wraps its inserts: give it the
+	// middleware of your Client, so that a job enqueued on a schedule is
+	// traced or stamped like one inserted by hand. It runs inside the
+	// transaction that claims the slot, whose lock other workers wait on:
+	// keep it quick. Defaults to none.
+	InsertMiddleware []InsertMiddleware
 	// ErrorHandler, if set, is told of every failed attempt, with the
 	// panic's value and stack for a handler that panicked, and may make the
 	// job dead at once (see ErrorHandler). Defaults to none.
@@ -409,6 +417,11 @@ func (c Config) Validate() error {
 	for i, m := range c.Middleware {
 		if m == nil {
 			return fmt.Errorf("Middleware[%d] is nil", i)
+		}
+	}
+	for i, m := range c.InsertMiddleware {
+		if m == nil {
+			return fmt.Errorf("InsertMiddleware[%d] is nil", i)
 		}
 	}
 	seen := map[string]bool{}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,14 +45,52 @@ type RecurringTask struct {
 	// to UTC.
 	TimeZone string
 	// Kind, Payload, Queue and MaxAttempts are the enqueued job's; Queue
-	// defaults to "default", MaxAttempts to 5.
+	// defaults to "default", MaxAttempts to 5. A task with Construct sets
+	// Kind to the kind it builds (PeriodicJob does) and no Payload.
 	Kind        string
 	Payload     any
 	Queue       string
 	MaxAttempts int
+	// Priority, Tags and Metadata are the enqueued job's, as in
+	// InsertOpts. Defaults to none.
+	Priority int16
+	Tags     []string
+	Metadata map[string]any
+	// UniqueKey, if set, is the job's unique key in place of the slot's
+	// own, with UniqueStates as in InsertOpts: a slot whose job would
+	// duplicate a job in those states (by default pending or running, such
+	// as the previous slot's when it runs longer than the schedule's
+	// period) enqueues nothing. A slot still never gets two jobs: it is
+	// claimed in fila_recurring in the transaction that enqueues its job.
+	// Defaults to the slot's own key, fila:recurring:<task>:<slot>, unique
+	// in every state.
+	UniqueKey    string
+	UniqueStates []string
+	// Construct, if set, builds each slot's job when the slot is due, by
+	// the one worker that claims the slot: its args (their type's
+	// InsertOpts as defaults, under the task's options) and options over
+	// both (nil for none). Its job goes through Config.InsertMiddleware as
+	// a Client's Insert does. A nil JobArgs enqueues nothing for that slot.
+	// A panic is logged as an error and the slot tried again a second
+	// later, as after a database error. Use PeriodicJob to declare one.
+	// Defaults to none: Kind and Payload.
+	Construct func(slot time.Time) (JobArgs, *InsertOpts)
+	// RunOnStart enqueues the task's latest slot (the last one at or
+	// before now) when the runtime starts, or when AddRecurring adds the
+	// task, unless that slot has its job already, whatever Missed says: a
+	// new task need not wait for its first slot. Still one job per slot:
+	// of several workers starting at once, one enqueues it, and a restart
+	// within a slot that has its job enqueues nothing. Defaults to false.
+	RunOnStart bool
 	// Missed is what to do about slots missed while no worker ran. Defaults
 	// to MissedLatest.
 	Missed Missed
+
+	// argsQueue is the queue the args' type declares (PeriodicJob), which
+	// fila_recurring records before the first slot is enqueued.
+	argsQueue string
+	// noConstruct marks a PeriodicJob given no construct function.
+	noConstruct bool
 }
 
 // schedule gives a task's slots: Next returns the first slot after t.
@@ -116,8 +155,16 @@ func (t RecurringTask) validate() (schedule, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("task %q: %w", t.Name, err)
 	}
-	p, err := prepare(InsertParams{Kind: t.Kind, Payload: t.Payload,
-		InsertOpts: InsertOpts{Queue: t.Queue, MaxAttempts: t.MaxAttempts}})
+	if t.noConstruct {
+		return nil, "", fmt.Errorf("task %q: PeriodicJob was given a nil construct function", t.Name)
+	}
+	if t.Construct != nil && t.Payload != nil {
+		return nil, "", fmt.Errorf("task %q has both a Payload and Construct: Construct builds each slot's payload", t.Name)
+	}
+	if t.Construct != nil && t.Kind == "" {
+		return nil, "", fmt.Errorf("task %q has Construct but no Kind: set the kind it builds (PeriodicJob does)", t.Name)
+	}
+	p, err := prepare(InsertParams{Kind: t.Kind, Payload: t.Payload, InsertOpts: t.insertOpts()})
 	if err != nil {
 		return nil, "", fmt.Errorf("task %q: %w", t.Name, err)
 	}
@@ -145,13 +192,12 @@ RETURNING last_slot, now()`
 WHERE task = $1::text AND (last_slot IS NULL OR last_slot < $2::timestamptz)
 RETURNING kind, queue, payload::text, max_attempts`
 
-	sqlRecurringEnqueue = `INSERT INTO fila_jobs (queue, kind, payload, max_attempts, unique_key, unique_states)
-VALUES ($1::text, $2::text, $3::text::jsonb, $4::int, $5::text, '{pending,running,completed,dead,cancelled}')
-ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state = ANY (coalesce(unique_states, '{pending,running}'::text[]))
-DO NOTHING
-RETURNING id`
-
 	sqlRecurringJob = `UPDATE fila_recurring SET last_job_id = $2::bigint WHERE task = $1::text`
+
+	// A task whose jobs Construct builds records its last job's queue and
+	// payload: what it enqueues is known only once a slot is due.
+	sqlRecurringBuiltJob = `UPDATE fila_recurring SET last_job_id = $2::bigint, queue = $3::text, payload = $4::text::jsonb
+WHERE task = $1::text`
 
 	sqlDBNow = `SELECT now()`
 )
@@ -161,17 +207,44 @@ func recurringKey(task string, slot time.Time) string {
 	return "fila:recurring:" + task + ":" + slot.UTC().Format(time.RFC3339)
 }
 
+// recurringUniqueStates are the states in which a slot's own key holds:
+// all of them, so that a slot enqueues once even after its job finished.
+var recurringUniqueStates = []string{StatePending, StateRunning, StateCompleted, StateDead, StateCancelled}
+
 // scheduledTask is one task as the scheduler runs it.
 type scheduledTask struct {
 	RecurringTask
+	entry   uint64 // its entry in the runtime's recurringSet
 	sched   schedule
+	loc     *time.Location
 	payload string
 	missed  Missed
+	defined bool      // recorded in fila_recurring, with its cursor read
+	isNew   bool      // fila_recurring had no slot of it when it was recorded
 	cursor  time.Time // the last slot handled (enqueued, or found enqueued)
 	// caughtUp is set after the first pass since start: slots missed before
 	// it were missed while no worker ran (Missed decides), slots missed after
 	// it by a stall of this process (all are enqueued, up to catchUpMax).
 	caughtUp bool
+}
+
+// newScheduledTask prepares a validated task for the scheduler.
+func newScheduledTask(e recurringEntry) (*scheduledTask, error) {
+	s, payload, err := e.task.validate()
+	if err != nil {
+		return nil, err // refused when it was declared or added
+	}
+	loc := time.UTC
+	if e.task.TimeZone != "" {
+		if loc, err = time.LoadLocation(e.task.TimeZone); err != nil {
+			return nil, err
+		}
+	}
+	missed := e.task.Missed
+	if missed == "" {
+		missed = MissedLatest
+	}
+	return &scheduledTask{RecurringTask: e.task, entry: e.id, sched: s, loc: loc, payload: payload, missed: missed}, nil
 }
 
 // catchUpMax bounds the slots a running scheduler enqueues at once after a
@@ -180,47 +253,44 @@ type scheduledTask struct {
 const catchUpMax = 60
 
 // schedulerLoop enqueues the recurring tasks' jobs on time, on the database
-// clock, until ctx ends.
+// clock, until ctx ends. It schedules the tasks of the runtime's
+// recurringSet, taking up what AddRecurring and RemoveRecurring change
+// between two passes.
 func (r *Runtime) schedulerLoop(ctx context.Context) error {
-	if len(r.cfg.Recurring) == 0 {
-		return nil
-	}
 	log := r.log.Named("recurring")
-	tasks := make([]*scheduledTask, 0, len(r.cfg.Recurring))
-	for _, t := range r.cfg.Recurring {
-		s, payload, err := t.validate()
-		if err != nil {
-			return err // Validate already refused it
-		}
-		missed := t.Missed
-		if missed == "" {
-			missed = MissedLatest
-		}
-		if t.Queue == "" {
-			t.Queue = "default"
-		}
-		if t.MaxAttempts == 0 {
-			t.MaxAttempts = 5
-		}
-		tasks = append(tasks, &scheduledTask{RecurringTask: t, sched: s, payload: payload, missed: missed})
-	}
-	for _, t := range tasks {
-		for {
-			err := r.defineTask(ctx, t)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			log.Error("cannot record a recurring task; will retry", zap.String("task", t.Name), zap.Error(err))
-			if !sleepCtx(ctx, 5*time.Second) {
-				return nil
-			}
-		}
-	}
-	log.Info("scheduling recurring tasks", zap.Int("tasks", len(tasks)))
+	var tasks []*scheduledTask
+	var seen uint64 // the version of the set tasks were taken from; a set starts at 1
 	for {
+		if v, entries := r.recurring.snapshot(); v != seen {
+			var err error
+			if tasks, err = syncTasks(tasks, entries); err != nil {
+				return err
+			}
+			if seen != 0 || len(tasks) > 0 {
+				log.Info("scheduling recurring tasks", zap.Strings("tasks", taskNames(tasks)))
+			}
+			seen = v
+		}
+		// The worker's row must list the tasks it schedules, so that no
+		// task is taken for orphaned while this worker schedules it, nor the
+		// other way round: Run wrote the set of that moment, and a change
+		// since then is written here, before its first pass.
+		rowStale := r.recurring.rowBehind(seen) && !r.writeRecurring(ctx, log)
+		if len(tasks) == 0 {
+			// Nothing to schedule until a task is added; a row still to
+			// write is tried again meanwhile.
+			var retry <-chan time.Time
+			if rowStale {
+				retry = time.After(5 * time.Second)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.recurring.changed:
+			case <-retry:
+			}
+			continue
+		}
 		now, err := r.dbNow(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -233,21 +303,86 @@ func (r *Runtime) schedulerLoop(ctx context.Context) error {
 			continue
 		}
 		next := now.Add(time.Hour)
+		if rowStale {
+			next = now.Add(5 * time.Second)
+		}
 		for _, t := range tasks {
+			if !t.defined {
+				if err := r.defineTask(ctx, t); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					log.Error("cannot record a recurring task; will retry", zap.String("task", t.Name), zap.Error(err))
+					next = minTime(next, now.Add(5*time.Second))
+					continue
+				}
+			}
 			if err := r.runDue(ctx, log, t, now); err != nil && ctx.Err() == nil {
 				log.Error("cannot enqueue a recurring task's job; will retry", zap.String("task", t.Name), zap.Error(err))
-				next = now.Add(time.Second)
+				next = minTime(next, now.Add(time.Second))
 			}
 			if n := t.sched.Next(maxTime(t.cursor, now)); n.Before(next) {
 				next = n
 			}
 		}
 		// The timer runs on this host's clock for the span the database
-		// clock gives; a few milliseconds late is better than early.
-		if !sleepCtx(ctx, next.Sub(now)+time.Millisecond+time.Duration(rand.Int64N(int64(time.Millisecond)))) {
+		// clock gives; a few milliseconds late is better than early. A
+		// change of the tasks ends the wait.
+		timer := time.NewTimer(next.Sub(now) + time.Millisecond + time.Duration(rand.Int64N(int64(time.Millisecond))))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
 			return nil
+		case <-r.recurring.changed:
+		case <-timer.C:
 		}
+		timer.Stop()
 	}
+}
+
+// syncTasks returns the scheduled tasks of entries, in their order: those
+// of tasks kept as they are, with their cursor, and new ones for the
+// others.
+func syncTasks(tasks []*scheduledTask, entries []recurringEntry) ([]*scheduledTask, error) {
+	byEntry := make(map[uint64]*scheduledTask, len(tasks))
+	for _, t := range tasks {
+		byEntry[t.entry] = t
+	}
+	out := make([]*scheduledTask, 0, len(entries))
+	for _, e := range entries {
+		if t, ok := byEntry[e.id]; ok {
+			out = append(out, t)
+			continue
+		}
+		t, err := newScheduledTask(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func taskNames(tasks []*scheduledTask) []string {
+	names := make([]string, len(tasks))
+	for i, t := range tasks {
+		names[i] = t.Name
+	}
+	return names
+}
+
+// writeRecurring records in the worker's row the tasks it schedules now,
+// and reports whether it could.
+func (r *Runtime) writeRecurring(ctx context.Context, log *zap.Logger) bool {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.registry.write(wctx, r.wakeState()); err != nil {
+		if ctx.Err() == nil {
+			log.Warn("cannot record in fila_workers the recurring tasks this worker schedules; will retry", zap.Error(err))
+		}
+		return false
+	}
+	return true
 }
 
 // defineTask records the task and reads its last slot: where the cursor
@@ -257,12 +392,14 @@ func (r *Runtime) defineTask(ctx context.Context, t *scheduledTask) error {
 	if tz == "" {
 		tz = "UTC"
 	}
+	queue := cmp.Or(t.Queue, t.argsQueue, "default")
+	maxAttempts := cmp.Or(t.MaxAttempts, 5)
 	var last *time.Time
 	var now time.Time
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := r.store.QueryRow(cctx, sqlRecurringDefine, []any{t.Name, t.Schedule, tz, t.Kind, t.Queue, t.payload,
-		t.MaxAttempts, string(t.missed), t.sched.Next(time.Now())}, &last, &now)
+	err := r.store.QueryRow(cctx, sqlRecurringDefine, []any{t.Name, t.Schedule, tz, t.Kind, queue, t.payload,
+		maxAttempts, string(t.missed), t.sched.Next(time.Now())}, &last, &now)
 	if err != nil {
 		return fmt.Errorf("record recurring task %q: %w", t.Name, err)
 	}
@@ -270,14 +407,32 @@ func (r *Runtime) defineTask(ctx context.Context, t *scheduledTask) error {
 		t.cursor = *last
 	} else {
 		// A new task starts with the next slot: nothing was missed.
-		t.cursor = now
+		t.cursor, t.isNew = now, true
 	}
+	t.defined = true
 	return nil
 }
 
 // runDue enqueues the task's latest slot at or before now if it is due:
-// after the cursor, and on time or allowed by the task's Missed.
+// after the cursor, and on time or allowed by the task's Missed (or, on the
+// first pass, by RunOnStart).
 func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask, now time.Time) error {
+	if !t.caughtUp && t.RunOnStart {
+		latest, ok := latestSlot(t.sched, now)
+		switch {
+		case ok && (t.isNew || latest.After(t.cursor)):
+			if err := r.enqueueSlot(log, t, latest, now); err != nil {
+				return err // the first pass again, next time
+			}
+			// A slot after it may fall before the moment a new task was
+			// recorded: the cursor starts at this one, not there.
+			t.cursor = latest
+		case ok:
+			log.Debug(slotTakenMsg, zap.String("task", t.Name), zap.Time("slot", latest))
+		}
+		t.caughtUp = true
+		return nil
+	}
 	slots := dueSlots(t.sched, t.cursor, now, catchUpMax)
 	if len(slots) == 0 {
 		return nil
@@ -303,11 +458,21 @@ func (r *Runtime) runDue(ctx context.Context, log *zap.Logger, t *scheduledTask,
 	return nil
 }
 
+// What enqueueSlot found a slot to be.
+const (
+	slotEnqueued  = "enqueued"
+	slotTaken     = "taken"     // another worker enqueued it (or a later slot)
+	slotDuplicate = "duplicate" // its job would duplicate an existing one
+	slotSkipped   = "skipped"   // Construct returned no job
+)
+
+const slotTakenMsg = "a recurring task's slot has its job already"
+
 // enqueueSlot enqueues one slot's job, unless another worker has (or a later
 // slot already was).
 func (r *Runtime) enqueueSlot(log *zap.Logger, t *scheduledTask, slot, now time.Time) error {
-	var id int64
-	var enqueued bool
+	var res Inserted
+	var found string
 	// Not cut short by a stop: a transaction cancelled while its COMMIT is
 	// on the wire may commit without the worker knowing, and the slot's
 	// job would be enqueued unreported. Only a database that does not
@@ -322,30 +487,77 @@ func (r *Runtime) enqueueSlot(log *zap.Logger, t *scheduledTask, slot, now time.
 		var maxAttempts int
 		err := tx.QueryRow(cctx, sqlRecurringClaimSlot, t.Name, slot, t.sched.Next(slot)).Scan(&kind, &queue, &payload, &maxAttempts)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // another worker enqueued this slot (or a later one)
+			found = slotTaken
+			return nil
 		}
 		if err != nil {
 			return err
 		}
-		err = tx.QueryRow(cctx, sqlRecurringEnqueue, queue, kind, payload, maxAttempts, recurringKey(t.Name, slot)).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // the slot's job exists already
-		}
+		// Built only by the worker that claimed the slot: Construct runs
+		// once per slot, however many workers schedule the task.
+		p, err := t.slotJob(slot, kind, queue, payload, maxAttempts)
 		if err != nil {
 			return err
 		}
-		enqueued = true
-		_, err = tx.Exec(cctx, sqlRecurringJob, t.Name, id)
+		if p == nil {
+			found = slotSkipped
+			return nil
+		}
+		out, err := r.insertChain(plainInsert(cctx, tx), []*InsertParams{p})
+		if err != nil {
+			return err
+		}
+		if len(out) != 1 {
+			return fmt.Errorf("insert middleware returned %d results for one job", len(out))
+		}
+		if res = out[0]; res.Duplicate {
+			found = slotDuplicate
+			return nil
+		}
+		found = slotEnqueued
+		if t.Construct == nil {
+			_, err = tx.Exec(cctx, sqlRecurringJob, t.Name, res.ID)
+			return err
+		}
+		built, err := json.Marshal(p.Payload)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(cctx, sqlRecurringBuiltJob, t.Name, res.ID, cmp.Or(p.Queue, "default"), string(built))
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if enqueued {
-		log.Info("enqueued a recurring task's job", zap.String("task", t.Name), zap.Time("slot", slot),
-			zap.Int64("job_id", id), zap.Duration("late", now.Sub(slot)))
+	fields := []zap.Field{zap.String("task", t.Name), zap.Time("slot", slot)}
+	switch found {
+	case slotEnqueued:
+		log.Info("enqueued a recurring task's job", append(fields, zap.Int64("job_id", res.ID), zap.Duration("late", now.Sub(slot)))...)
+	case slotTaken:
+		log.Debug(slotTakenMsg, fields...)
+	case slotDuplicate:
+		log.Info("a recurring task's slot enqueued nothing: its job would duplicate an existing one",
+			append(fields, zap.Int64("job_id", res.ID), zap.String("state", res.DuplicateState))...)
+	case slotSkipped:
+		log.Debug("a recurring task's Construct enqueued nothing for the slot", fields...)
 	}
 	return nil
+}
+
+// latestSlot returns the last slot of s at or before now, looking back at
+// most a few years.
+func latestSlot(s schedule, now time.Time) (time.Time, bool) {
+	if e, ok := s.(everySchedule); ok {
+		return now.Truncate(e.d), true
+	}
+	// Widening windows keep the walk short: a minutely schedule finds its
+	// slot in the first hour, a yearly one within a year.
+	for _, back := range []time.Duration{time.Hour, 24 * time.Hour, 32 * 24 * time.Hour, 367 * 24 * time.Hour, 8 * 367 * 24 * time.Hour} {
+		if slots := dueSlots(s, now.Add(-back), now, 1); len(slots) > 0 {
+			return slots[0], true
+		}
+	}
+	return time.Time{}, false
 }
 
 // dueSlots returns the slots of s after after and at or before now, oldest
@@ -390,6 +602,13 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // sleepCtx waits d, or returns false as soon as ctx is done.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -404,11 +623,14 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // RecurringTaskState is one recurring task as fila_recurring records it.
 type RecurringTaskState struct {
-	Name      string          `json:"name"`
-	Schedule  string          `json:"schedule"`
-	TimeZone  string          `json:"time_zone"`
-	Kind      string          `json:"kind"`
-	Queue     string          `json:"queue"`
+	Name     string `json:"name"`
+	Schedule string `json:"schedule"`
+	TimeZone string `json:"time_zone"`
+	Kind     string `json:"kind"`
+	Queue    string `json:"queue"`
+	// Payload is the task's. For a task whose jobs Construct builds it is
+	// {} when a worker records the task, then the payload of each slot's
+	// job once enqueued, and Queue that job's queue.
 	Payload   json.RawMessage `json:"payload"`
 	Missed    Missed          `json:"missed"`
 	LastSlot  *time.Time      `json:"last_slot"`

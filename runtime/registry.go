@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,7 +35,7 @@ ON CONFLICT (queue, kind) DO UPDATE SET last_seen_at = now()`
 VALUES ($1::text, $2::text, $3::int, $4::text[], $5::text[], $6::text, $7::text, $8::text, $9::text,
     make_interval(secs => $10::float8), $11::text[])
 ON CONFLICT (id) DO UPDATE SET wake_source = EXCLUDED.wake_source, wake_error = EXCLUDED.wake_error,
-    degraded = EXCLUDED.degraded, last_seen_at = now()`
+    degraded = EXCLUDED.degraded, recurring = EXCLUDED.recurring, last_seen_at = now()`
 
 	// The liveness heartbeat: false when the row is gone.
 	sqlWorkerSeen = `SELECT fila_worker_seen($1::text)`
@@ -100,6 +101,8 @@ type registry struct {
 	id   string
 	host string
 	pid  int
+
+	writeMu sync.Mutex // see write
 }
 
 func newRegistry(rt *Runtime) *registry {
@@ -139,18 +142,17 @@ func (g *registry) write(ctx context.Context, st wakeState) error {
 	if st.degraded != "" {
 		degraded = &st.degraded
 	}
+	// One write at a time: a row written from an older set of recurring
+	// tasks must not land after a newer one.
+	g.writeMu.Lock()
+	defer g.writeMu.Unlock()
+	recurring, version := g.rt.recurring.names()
 	_, err := g.rt.store.Exec(ctx, sqlUpsertWorker, g.id, g.host, g.pid, g.rt.Queues(), g.rt.kindNames,
-		string(g.rt.cfg.Mode), st.state, wakeErr, degraded, g.rt.cfg.LivenessInterval.Seconds(), g.recurring())
-	return err
-}
-
-// recurring names the recurring tasks this worker schedules.
-func (g *registry) recurring() []string {
-	names := make([]string, 0, len(g.rt.cfg.Recurring))
-	for _, t := range g.rt.cfg.Recurring {
-		names = append(names, t.Name)
+		string(g.rt.cfg.Mode), st.state, wakeErr, degraded, g.rt.cfg.LivenessInterval.Seconds(), recurring)
+	if err == nil {
+		g.rt.recurring.rowWritten(version)
 	}
-	return names
+	return err
 }
 
 // aliveLoop refreshes the worker's row every LivenessInterval until ctx

@@ -104,6 +104,10 @@ type Runtime struct {
 	completer *completer
 	registry  *registry
 	events    *eventHub // Subscribe's subscriptions
+	recurring *recurringSet
+	// insertChain is Config.InsertMiddleware around the database insert:
+	// how the recurring tasks' jobs are inserted, as a Client inserts.
+	insertChain InsertFunc
 
 	started      atomic.Bool
 	opened       atomic.Bool // open succeeded: pools, store and source are set
@@ -153,6 +157,8 @@ func New(cfg Config) (*Runtime, error) {
 		readOnly: newReadOnlyGuard(cfg.Logger.Named("runtime")), events: newEventHub(cfg.Logger.Named("runtime")),
 	}
 	r.cfg.Observer = observers{r.rollup, cfg.Observer}
+	r.recurring = newRecurringSet(cfg.Recurring)
+	r.insertChain = composeInsert(cfg.InsertMiddleware)
 	for _, k := range cfg.Kinds {
 		// Composed once, here: the hot path makes one call per layer.
 		k.Handler = recovering(k.Handler)

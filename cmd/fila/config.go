@@ -789,7 +789,8 @@ func readRecurring(v confNode, groups []*groupSpec, p *problems) {
 // readTask reads one recurring task; names holds the line of each task's
 // name read before.
 func readTask(item confNode, groups []*groupSpec, names map[string]int) error {
-	f, err := item.fields("name", "group", "schedule", "time_zone", "kind", "queue", "payload", "max_attempts", "missed")
+	f, err := item.fields("name", "group", "schedule", "time_zone", "kind", "queue", "payload", "max_attempts", "missed",
+		"priority", "tags", "unique_key", "run_on_start")
 	if err != nil {
 		return err
 	}
@@ -866,6 +867,41 @@ func readTask(item confNode, groups []*groupSpec, names map[string]int) error {
 			return err
 		}
 		t.Missed = runtime.Missed(m.s)
+	}
+	if at, ok := f.get("priority"); ok {
+		n, err := at.read(readInt, nil)
+		if err != nil {
+			return err
+		}
+		if msg := wholeIn(math.MinInt16, math.MaxInt16)(n, runtime.Config{}, nil); msg != "" {
+			return at.errorf("%s", msg)
+		}
+		t.Priority = int16(n.n)
+	}
+	if at, ok := f.get("tags"); ok {
+		tags, err := at.items()
+		if err != nil {
+			return err
+		}
+		for _, tag := range tags {
+			s, err := tag.text()
+			if err != nil {
+				return err
+			}
+			t.Tags = append(t.Tags, s)
+		}
+	}
+	if at, ok := f.get("unique_key"); ok {
+		if t.UniqueKey, err = at.text(); err != nil {
+			return err
+		}
+	}
+	if at, ok := f.get("run_on_start"); ok {
+		b, err := at.read(readBool, nil)
+		if err != nil {
+			return err
+		}
+		t.RunOnStart = b.n == 1
 	}
 	if at, ok := f.get("payload"); ok {
 		pl, err := jsonValue(at)

@@ -97,6 +97,10 @@ func TestExampleConfigLoads(t *testing.T) {
 	require.Equal(t, "reports", task.Queue)
 	require.Equal(t, 3, task.MaxAttempts)
 	require.Equal(t, runtime.MissedLatest, task.Missed)
+	require.Equal(t, int16(1), task.Priority)
+	require.Equal(t, []string{"nightly"}, task.Tags)
+	require.Equal(t, "nightly-report", task.UniqueKey)
+	require.False(t, task.RunOnStart)
 	require.JSONEq(t, `{"format": "pdf"}`, string(task.Payload.(json.RawMessage)))
 
 	// Every group is a valid runtime configuration.
@@ -254,6 +258,12 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 			`:6: recurring[0].time_zone: "Mars/Base" is not a time zone`},
 		{"task's group", "workers: [{name: a}]\nrecurring:\n  - {name: t, kind: noop, schedule: \"@daily\", group: b}\n",
 			":3: recurring[0].group: no group is named b"},
+		{"task's priority", "workers: [{name: a}]\nrecurring:\n  - {name: t, kind: noop, schedule: \"@daily\", priority: 40000}\n",
+			":3: recurring[0].priority: 40000 is out of range: allowed -32768 to 32767"},
+		{"task's tag", "workers: [{name: a}]\nrecurring:\n  - {name: t, kind: noop, schedule: \"@daily\", tags: [\"\"]}\n",
+			":3: recurring[0].tags[0]: is empty"},
+		{"task's run_on_start", "workers: [{name: a}]\nrecurring:\n  - {name: t, kind: noop, schedule: \"@daily\", run_on_start: yes please}\n",
+			":3: recurring[0].run_on_start: want true or false"},
 		{"task twice", "workers: [{name: a}]\nrecurring:\n  - {name: t, kind: noop, schedule: \"@daily\"}\n  - {name: t, kind: noop, schedule: \"@hourly\"}\n",
 			":4: recurring[1].name: task t is declared twice (first at line 3)"},
 		{"task without kind", "workers: [{name: a}]\nrecurring:\n  - {name: t, schedule: \"@daily\"}\n",

@@ -218,16 +218,17 @@ var settings = []setting{
 
 // goOnly are the runtime.Config fields no setting reaches, with the reason.
 var goOnly = map[string]string{
-	"Pool":            "a pool is a Go value: fila opens its own from dsn",
-	"Kinds.Handler":   "a Go function: exec's COMMAND runs in its place",
-	"Kinds.Backoff":   "a Go function: exec's kinds back off by retry_base and retry_max",
-	"Kinds.Aliases":   "a rename of a Go kind; an --exec command takes its old name as another --exec KIND=COMMAND",
-	"Middleware":      "Go functions around handlers",
-	"Observer":        "a Go value: metrics_addr attaches fila's own",
-	"Logger":          "a Go value: --log-level and --log-format shape fila's own",
-	"ErrorHandler":    "a Go value: fila work logs each failed attempt itself",
-	"StuckJobHandler": "a Go function",
-	"StuckAfter":      "it goes with StuckJobHandler, a Go function; fila work has no setting for it yet",
+	"Pool":             "a pool is a Go value: fila opens its own from dsn",
+	"Kinds.Handler":    "a Go function: exec's COMMAND runs in its place",
+	"Kinds.Backoff":    "a Go function: exec's kinds back off by retry_base and retry_max",
+	"Kinds.Aliases":    "a rename of a Go kind; an --exec command takes its old name as another --exec KIND=COMMAND",
+	"Middleware":       "Go functions around handlers",
+	"InsertMiddleware": "Go functions around the recurring tasks' inserts",
+	"Observer":         "a Go value: metrics_addr attaches fila's own",
+	"Logger":           "a Go value: --log-level and --log-format shape fila's own",
+	"ErrorHandler":     "a Go value: fila work logs each failed attempt itself",
+	"StuckJobHandler":  "a Go function",
+	"StuckAfter":       "it goes with StuckJobHandler, a Go function; fila work has no setting for it yet",
 }
 
 // lookupSetting returns the setting of a key.
