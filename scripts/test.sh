@@ -11,8 +11,9 @@
 #   3. TestHA: the switchover and failover of a Patroni cluster of its
 #      own. Patroni's timing is real time, so nothing else that needs
 #      timing runs beside it (on two saturated cores its REST API stopped
-#      answering for minutes); passes 2 and 7, which need none, run beside
-#      it at a lower priority (nice), and print once it is over.
+#      answering for minutes); passes 2 and 7, which need none, start
+#      beside it at a lower priority (nice); the lint prints once TestHA is
+#      over, the peers' pass at the end.
 #   4. go test -race ./... straight to PostgreSQL, but for cmd/fila: its
 #      tests run the fila binary in processes of their own, where the race
 #      detector does not reach, so they run once, in the next pass.
@@ -83,8 +84,8 @@ pass() {
 
 # bg_pass runs a pass in the background beside the ones that follow, at
 # nice 10 so that they keep the CPU they need, its output kept until
-# collect_bg prints it whole; collect_bg waits for every
-# pass started so, and counts a failure as pass does.
+# collect_bg prints it whole; collect_bg waits for the passes it names (every
+# one left, without names), and counts a failure as pass does.
 bg_dir=$(mktemp -d)
 trap 'rm -rf "$bg_dir"' EXIT
 bg_names=()
@@ -101,15 +102,18 @@ bg_pass() {
 	bg_pids+=($!)
 }
 collect_bg() {
-	local i
+	local i name
 	for i in "${!bg_names[@]}"; do
+		name=${bg_names[$i]}
+		if [ "$#" -gt 0 ] && ! printf '%s\n' "$@" | grep -qxF -- "$name"; then
+			continue
+		fi
 		if ! wait "${bg_pids[$i]}"; then
-			failed+=("${bg_names[$i]}")
+			failed+=("$name")
 		fi
 		cat "$bg_dir/$i.log"
+		unset "bg_names[$i]" "bg_pids[$i]"
 	done
-	bg_names=()
-	bg_pids=()
 }
 
 lint() {
@@ -139,7 +143,9 @@ export FILA_TEST_REQUIRE=all
 
 # TestHA spends most of its minute and a half waiting on Patroni's
 # switchover and failover: the lint and the peers' tests, which need no
-# timing of their own, run beside it, niced (see bg_pass).
+# timing of their own, run beside it, niced (see bg_pass). The peers' pass
+# is collected last: on a busy machine it runs on what the passes after
+# TestHA leave idle, rather than holding them up.
 bg_pass "gofmt and go vet" lint
 if [ -f bench/peers/go.mod ]; then
 	bg_pass "bench/peers: go vet, go test and npm test" \
@@ -147,7 +153,7 @@ if [ -f bench/peers/go.mod ]; then
 fi
 pass "TestHA: a Patroni cluster's switchover and failover, beside the lint and bench/peers" \
 	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 5m -run '^TestHA$' ./internal/chaos
-collect_bg
+collect_bg "gofmt and go vet"
 # longest_first prints the packages it reads, the longest-running first. go
 # test runs two packages at a time and starts them in the order given: in
 # the order of their names, runtime (the longest) started at 193 s of a
@@ -175,6 +181,7 @@ pass "go test (main DSNs through PgBouncer)" \
 	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m $bouncer_pkgs
 pass "internal/chaos through PgBouncer, alone" \
 	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m ./internal/chaos
+collect_bg
 
 header "summary"
 if [ "${#bouncer_crashed[@]}" -gt 0 ]; then
