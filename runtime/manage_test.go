@@ -576,7 +576,7 @@ func TestListJobsScheduledAndRetrying(t *testing.T) {
 			require.Equal(t, "pending", j.State, "a view shows the job's own state")
 		}
 	}
-	require.Equal(t, []string{"waiting", "pending", "running", "completed", "dead", "cancelled", "scheduled", "retrying"}, runtime.ListStates())
+	require.Equal(t, []string{"held", "waiting", "pending", "running", "completed", "dead", "cancelled", "scheduled", "retrying"}, runtime.ListStates())
 }
 
 // CancelWhere and DeleteWhere change the jobs a filter selects, in one

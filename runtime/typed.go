@@ -164,6 +164,9 @@ func (o InsertOpts) overriddenBy(over InsertOpts) InsertOpts {
 	if over.Batch != 0 {
 		o.Batch = over.Batch
 	}
+	if over.Held {
+		o.Held = true
+	}
 	if over.PayloadLimits.MaxBytes != 0 {
 		o.PayloadLimits.MaxBytes = over.PayloadLimits.MaxBytes
 	}

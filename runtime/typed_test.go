@@ -148,8 +148,9 @@ func TestInsertArgsOverridesEveryField(t *testing.T) {
 	v := reflect.ValueOf(&over).Elem()
 	for i := range v.NumField() {
 		switch v.Type().Field(i).Name {
-		case "After", "OnDependencyFailure", "Sequence", "SequenceOnDead", "Batch":
-			// Flows refuse a UniqueKey: set below, on an insert of their own.
+		case "After", "OnDependencyFailure", "Sequence", "SequenceOnDead", "Batch", "Held":
+			// Flows and held jobs refuse a UniqueKey: set below, on inserts
+			// of their own.
 			continue
 		}
 		switch f := v.Field(i); f.Kind() {
@@ -212,4 +213,9 @@ func TestInsertArgsOverridesEveryField(t *testing.T) {
 		FROM fila_jobs WHERE id = $1::bigint`, res.ID).Scan(&after, &onFailure, &seq, &onDead))
 	require.Equal(t, []int64{first}, after)
 	require.Equal(t, []string{"run", "s", "continue"}, []string{onFailure, seq, onDead})
+
+	res, err = runtime.InsertArgs(ctx, db.Pool, sendWelcome{Email: "z@example.com"}, &runtime.InsertOpts{Held: true})
+	require.NoError(t, err)
+	st, _, _ := jobState(t, db, res.ID)
+	require.Equal(t, "held", st, "Held set on the insert holds the typed job")
 }
