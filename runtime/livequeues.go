@@ -136,22 +136,15 @@ func (r *Runtime) RemoveQueue(ctx context.Context, queue string) error {
 		return fmt.Errorf("remove queue %q: %w", queue, ErrNotRunning)
 	}
 	p := r.producer(queue)
-	if p == nil {
+	if p == nil || r.draining[p] {
 		known := r.Queues()
 		r.ctlMu.Unlock()
 		return fmt.Errorf("remove queue: %w: %q (it works %v)", ErrUnknownQueue, queue, known)
 	}
-	producers := slices.DeleteFunc(slices.Clone(r.producerList()), func(o *producer) bool { return o == p })
-	r.producers.Store(&producers)
 	if r.draining == nil {
 		r.draining = map[*producer]bool{}
 	}
 	r.draining[p] = true
-	if r.source != nil {
-		if err := r.source.RemoveQueue(queue); err != nil {
-			r.log.Warn("the wake source did not follow the removed queue", zap.String("queue", queue), zap.Error(err))
-		}
-	}
 	r.ctlMu.Unlock()
 	defer func() {
 		r.ctlMu.Lock()
@@ -163,6 +156,18 @@ func (r *Runtime) RemoveQueue(ctx context.Context, queue string) error {
 	// A claim in flight is not cut short (see producer.claim): its jobs are
 	// dispatched and drained with the rest.
 	<-p.claimingDone
+	// Out of the queues only now: once Queues no longer names it, nothing
+	// is claimed from it (before, a claim following the queue's last
+	// notification could still take a job inserted after that).
+	r.ctlMu.Lock()
+	producers := slices.DeleteFunc(slices.Clone(r.producerList()), func(o *producer) bool { return o == p })
+	r.producers.Store(&producers)
+	if r.source != nil {
+		if err := r.source.RemoveQueue(queue); err != nil {
+			r.log.Warn("the wake source did not follow the removed queue", zap.String("queue", queue), zap.Error(err))
+		}
+	}
+	r.ctlMu.Unlock()
 	r.log.Info("queue removed; waiting for its running handlers", zap.String("queue", queue),
 		zap.Int("running", int(p.running.Load())))
 	r.registry.update(ctx, r.wakeState())
