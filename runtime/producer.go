@@ -33,17 +33,11 @@ type producer struct {
 	running atomic.Int32
 	freed   chan struct{} // a handler of this queue returned; capacity 1
 
-	// Handlers run on long-lived executor goroutines rather than one
-	// goroutine per job: a goroutine per job cost its creation, a fresh
-	// stack grown by copying, and its freeing, a large part of the Go CPU
-	// of a drain. work hands a claimed attempt to an idle executor; idle
-	// counts the executors that will receive from work (each dispatch
-	// reserves one, and starts a new executor when none is left), so an
-	// attempt never waits in work behind a handler that still runs. There
-	// are never more executors than the queue's limit: a new one starts
-	// only while every other runs a handler, each holding a slot.
-	work chan *Job
-	idle atomic.Int32
+	// Handlers run on long-lived executor goroutines that take claimed
+	// attempts from runq (see runQueue) rather than on one goroutine per
+	// job: a goroutine per job cost its creation, a fresh stack grown by
+	// copying, and its freeing, a large part of the Go CPU of a drain.
+	runq runQueue
 
 	// Set by start, before the producer's goroutines run. RemoveQueue
 	// stops claiming (stopClaiming), waits for the claim loop to return
@@ -79,7 +73,7 @@ func newProducer(rt *Runtime, queue string, limit int) (*producer, error) {
 	}
 	p := &producer{rt: rt, queue: queue, limit: limit, poller: poller,
 		log: rt.log.With(zap.String("queue", queue)), freed: make(chan struct{}, 1), claimingDone: make(chan struct{})}
-	p.work = make(chan *Job, p.limit)
+	p.runq.init()
 	if rt.cfg.Mode == ModeNotify {
 		p.quiet = newQuiet(rt.cfg.BusyRate)
 	}
@@ -429,29 +423,7 @@ func (p *producer) dispatch(job *Job, sent time.Time) {
 		// did not see this one.
 		job.ctx.stop(context.Cause(rt.workCtx))
 	}
-	if p.idle.Add(-1) >= 0 {
-		p.work <- job // an executor reserved to receive it: never blocks
-		return
-	}
-	p.idle.Add(1)
-	go p.executor(job)
-}
-
-// executor runs job, then every attempt work hands it, until work is
-// closed (the producer stopped claiming).
-func (p *producer) executor(job *Job) {
-	for {
-		p.execute(job)
-		job = nil // hold no finished job while idle
-		// Idle before the slot is freed: the claim the freed slot allows
-		// then finds this executor instead of starting another.
-		p.idle.Add(1)
-		p.release()
-		var ok bool
-		if job, ok = <-p.work; !ok {
-			return
-		}
-	}
+	p.runq.push(p, job)
 }
 
 // execute runs one attempt's handler on an executor.
@@ -461,10 +433,9 @@ func (p *producer) execute(job *Job) {
 	p.rt.execute(job)
 }
 
-// stopExecutors lets idle executors end once the producer claims no more
-// (run has returned: nothing dispatches to work any more). Busy ones end
-// after their handler.
-func (p *producer) stopExecutors() { close(p.work) }
+// stopExecutors lets executors end once the producer claims no more (run
+// has returned: nothing is queued any more) and the queue is empty.
+func (p *producer) stopExecutors() { p.runq.close() }
 
 // release frees the handler slot of an attempt whose handler returned (its
 // outcome may not be durable yet: the completer still owns the attempt).
