@@ -27,7 +27,7 @@ type runQueue struct {
 	head int
 	// parked executors wait on wake; looking ones were woken or started
 	// and have not taken an attempt yet (at most one at a time, see
-	// wakeLocked); executors counts them all.
+	// ensureLookingLocked); executors counts them all.
 	parked, looking, executors int
 	// finishing counts executors between their handler's return and their
 	// next look at jobs: one of them takes what is queued meanwhile, so
