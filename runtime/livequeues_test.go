@@ -18,10 +18,11 @@ type claimReasons struct {
 	last   map[string]runtime.WakeReason // queue → reason of its last wake
 	byJob  map[int64]runtime.WakeReason
 	queues map[int64]string
+	claims map[string]int // queue → claim statements answered
 }
 
 func newClaimReasons() *claimReasons {
-	return &claimReasons{last: map[string]runtime.WakeReason{}, byJob: map[int64]runtime.WakeReason{}, queues: map[int64]string{}}
+	return &claimReasons{last: map[string]runtime.WakeReason{}, byJob: map[int64]runtime.WakeReason{}, queues: map[int64]string{}, claims: map[string]int{}}
 }
 
 // Woken keeps the wake that started a run of claims: a claim for a slot
@@ -38,6 +39,7 @@ func (c *claimReasons) Woken(queue string, reason runtime.WakeReason) {
 func (c *claimReasons) Claimed(queue string, jobs []*runtime.Job, _ int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.claims[queue]++
 	for _, j := range jobs {
 		c.byJob[j.ID] = c.last[queue]
 		c.queues[j.ID] = queue
@@ -45,6 +47,12 @@ func (c *claimReasons) Claimed(queue string, jobs []*runtime.Job, _ int) {
 }
 
 func (c *claimReasons) Finished(*runtime.Job, runtime.Outcome, time.Duration) {}
+
+func (c *claimReasons) claimsOf(queue string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.claims[queue]
+}
 
 func (c *claimReasons) reason(id int64) (runtime.WakeReason, string) {
 	c.mu.Lock()
@@ -114,11 +122,15 @@ func TestAddQueueIsWokenByNotificationAndCapped(t *testing.T) {
 
 	require.NoError(t, rt.AddQueue(ctx, "extra", runtime.QueueConfig{Concurrency: 3}))
 	require.Equal(t, []string{"default", "extra"}, rt.Queues())
-	// Asleep, the producer claims again only when woken.
+	// Asleep, the producer claims again only when woken. Once its sleeping
+	// row is written it claims once more (what committed before the row is
+	// seen then, what commits after is notified): a job inserted before that
+	// claim is answered would be taken by it, on the start's poll, so the
+	// test waits for both claims, the start's and that one.
 	waitFor(t, 20*time.Second, "the added queue's producer asleep", func() bool {
 		var asleep bool
 		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM fila_sleepers WHERE queue = 'extra')").Scan(&asleep))
-		return asleep
+		return asleep && obs.claimsOf("extra") >= 2
 	})
 
 	inserted := time.Now()
