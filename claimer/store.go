@@ -16,7 +16,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
 )
 
@@ -193,17 +192,15 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 	// into a block shared by several jobs, as are the jobs themselves
 	// (see jobBlock and textBlock).
 	var (
-		id, priority, attempts, maxAttempt, rescued pgtype.Int8
-		kind, payload, metadata                     pgtype.DriverBytes
-		createdAt, started                          pgtype.Timestamptz
-		waitMs, nextDue                             pgtype.Float8
-		// Scanned into afresh for each row (pgx makes a new slice for each
-		// value), so the job keeps its own.
-		tags []string
+		row  claimRow
+		scan *claimScan // when the row's format is not readClaimRow's
 		// Blocks the rows are copied into.
 		jobs []Job
 		text []byte
 	)
+	if !rawClaimRows(rows.FieldDescriptions()) {
+		scan = newClaimScan()
+	}
 	keep := func(b []byte) json.RawMessage {
 		if b == nil {
 			return nil
@@ -220,21 +217,23 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 		// rather than writing over the next job's.
 		return json.RawMessage(text[start:len(text):len(text)])
 	}
-	// Made once: built in the call, the list of destinations was an
-	// allocation per row.
-	dest := []any{&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
-		&waitMs, &rescued, &nextDue, &metadata, &tags}
 	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
+		var err error
+		if scan != nil {
+			err = scan.read(rows, &row)
+		} else {
+			err = readClaimRow(rows.RawValues(), &row)
+		}
+		if err != nil {
 			return fmt.Errorf("claim: scan: %w", err)
 		}
-		if !id.Valid { // the summary row
-			if rescued.Valid {
-				res.Rescued = int(rescued.Int64)
+		if row.idNull { // the summary row
+			if !row.rescuedNull {
+				res.Rescued = int(row.rescued)
 			}
-			if nextDue.Valid && !math.IsNaN(nextDue.Float64) {
+			if !row.nextDueNull && !math.IsNaN(row.nextDueMs) {
 				res.HasNextDue = true
-				res.NextDue = fromMs(nextDue.Float64)
+				res.NextDue = fromMs(row.nextDueMs)
 			}
 			continue
 		}
@@ -244,10 +243,10 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 		j := &jobs[0]
 		jobs = jobs[1:]
 		*j = Job{
-			Attempt: Attempt{ID: id.Int64, Attempt: int(attempts.Int64), StartedAt: started.Time},
-			Queue:   queue, Kind: kindOf(kind, kinds), Payload: keep(payload), Priority: int16(priority.Int64),
-			MaxAttempts: int(maxAttempt.Int64), CreatedAt: createdAt.Time, Wait: fromMs(waitMs.Float64), Tags: tags,
-			Metadata: keep(metadata),
+			Attempt: Attempt{ID: row.id, Attempt: int(row.attempt), StartedAt: row.startedAt},
+			Queue:   queue, Kind: kindOf(row.kind, kinds), Payload: keep(row.payload), Priority: row.priority,
+			MaxAttempts: int(row.maxAttempts), CreatedAt: row.createdAt, Wait: fromMs(row.waitMs), Tags: row.tags,
+			Metadata: keep(row.metadata),
 		}
 		res.Jobs = append(res.Jobs, j)
 	}
