@@ -132,3 +132,34 @@ func TestClaimReadsTheSameJobsInEveryMode(t *testing.T) {
 		require.Equal(t, y, x, "job %d", i)
 	}
 }
+
+// Claims into one ClaimBuffer reuse its records: each result holds its
+// own claim's jobs, and the records of a longer claim before are cleared.
+func TestClaimIntoBufferReusesRecords(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	_, err := migrations.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (queue, kind, payload, tags)
+		SELECT 'q', 'k', format('{"n":%s}', n)::jsonb, ARRAY['t' || n] FROM generate_series(1, 5) n`)
+	require.NoError(t, err)
+	s := New(db.Pool)
+	var buf ClaimBuffer
+	payloads := func(res ClaimResult) (out []string) {
+		for _, j := range res.Jobs {
+			out = append(out, string(j.Payload)+" "+j.Tags[0])
+		}
+		return out
+	}
+	first, err := s.ClaimRatedInto(ctx, &buf, "q", []string{"k"}, nil, nil, 3, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{`{"n": 1} t1`, `{"n": 2} t2`, `{"n": 3} t3`}, payloads(first))
+	second, err := s.ClaimRatedInto(ctx, &buf, "q", []string{"k"}, nil, nil, 3, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{`{"n": 4} t4`, `{"n": 5} t5`}, payloads(second))
+	for _, j := range second.Jobs {
+		require.True(t, j == &buf.jobs[0] || j == &buf.jobs[1], "the first claim's records are reused")
+	}
+	require.Zero(t, buf.jobs[2], "the third record, unused by the second claim, no longer holds the first's job")
+}

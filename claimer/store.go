@@ -141,6 +141,22 @@ func (s *Store) Claim(ctx context.Context, queue string, kinds []string, limits 
 // latest when the first of them has a start again.
 func (s *Store) ClaimRated(ctx context.Context, queue string, kinds []string, limits []KindLimit, rates []KindRate,
 	limit int, lease time.Duration) (ClaimResult, error) {
+	return s.ClaimRatedInto(ctx, nil, queue, kinds, limits, rates, limit, lease)
+}
+
+// ClaimBuffer is where a claim puts its jobs for the next claim made with
+// it to reuse: the result's jobs are valid only until then. A claimer that
+// copies what it keeps of each job (the runtime does) saves an allocation
+// of every job's record, some 190 bytes a job in a drain.
+type ClaimBuffer struct {
+	jobs []Job
+	ptrs []*Job
+	used int // jobs holding the last claim's, cleared by the next
+}
+
+// ClaimRatedInto claims as ClaimRated does, into buf when it is not nil.
+func (s *Store) ClaimRatedInto(ctx context.Context, buf *ClaimBuffer, queue string, kinds []string, limits []KindLimit,
+	rates []KindRate, limit int, lease time.Duration) (ClaimResult, error) {
 	var res ClaimResult
 	lk, lp, lm := make([]string, len(limits)), make([]string, len(limits)), make([]int32, len(limits))
 	for i, l := range limits {
@@ -153,7 +169,7 @@ func (s *Store) ClaimRated(ctx context.Context, queue string, kinds []string, li
 	}
 	err := s.inSession(ctx, func() error {
 		res = ClaimResult{}
-		return s.claim(ctx, &res, queue, kinds, limit, lease, lk, lp, lm, r)
+		return s.claim(ctx, &res, buf, queue, kinds, limit, lease, lk, lp, lm, r)
 	})
 	if err != nil {
 		return res, err
@@ -178,8 +194,8 @@ type claimRates struct {
 	periodMs     []float64
 }
 
-func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds []string, limit int, lease time.Duration,
-	lk, lp []string, lm []int32, r claimRates) error {
+func (s *Store) claim(ctx context.Context, res *ClaimResult, buf *ClaimBuffer, queue string, kinds []string, limit int,
+	lease time.Duration, lk, lp []string, lm []int32, r claimRates) error {
 	rows, err := s.query(ctx, sqlClaim, queue, kinds, limit, ms(lease), lk, lp, lm, r.kinds, r.paths, r.max, r.periodMs, s.worker)
 	if err != nil {
 		return fmt.Errorf("claim: %w", err)
@@ -200,6 +216,17 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 	)
 	if !rawClaimRows(rows.FieldDescriptions()) {
 		scan = newClaimScan()
+	}
+	if buf != nil {
+		// Sized for the whole claim up front: growing it would move the
+		// jobs already pointed to.
+		clear(buf.jobs[:buf.used])
+		buf.used = 0
+		if cap(buf.jobs) < limit {
+			buf.jobs, buf.ptrs = make([]Job, limit), make([]*Job, 0, limit)
+		}
+		jobs, res.Jobs = buf.jobs[:limit], buf.ptrs[:0]
+		defer func() { buf.used = len(res.Jobs) }()
 	}
 	keep := func(b []byte) json.RawMessage {
 		if b == nil {

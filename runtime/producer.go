@@ -33,6 +33,10 @@ type producer struct {
 	running atomic.Int32
 	freed   chan struct{} // a handler of this queue returned; capacity 1
 
+	// claimBuf holds the records of the last claim's jobs, which
+	// dispatchClaimed copies; only run claims with it.
+	claimBuf claimer.ClaimBuffer
+
 	// Handlers run on long-lived executor goroutines that take claimed
 	// attempts from runq (see runQueue) rather than on one goroutine per
 	// job: a goroutine per job cost its creation, a fresh stack grown by
@@ -360,7 +364,8 @@ func (p *producer) claim(ctx context.Context, free int) (found int, more bool, e
 		}
 	}
 	sent := time.Now() // as for the claim by id
-	res, err := rt.store.ClaimRated(cctx, p.queue, rt.kindNames, rt.limits, rt.rates, n, rt.cfg.Lease)
+	// The claim's jobs are copied by dispatchClaimed: the buffer is reused.
+	res, err := rt.store.ClaimRatedInto(cctx, &p.claimBuf, p.queue, rt.kindNames, rt.limits, rt.rates, n, rt.cfg.Lease)
 	if err != nil {
 		if rt.total != nil {
 			rt.total.Release(int64(n))
