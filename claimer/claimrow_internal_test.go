@@ -163,3 +163,55 @@ func TestClaimIntoBufferReusesRecords(t *testing.T) {
 	}
 	require.Zero(t, buf.jobs[2], "the third record, unused by the second claim, no longer holds the first's job")
 }
+
+// A batch of successes is completed with the same records whether the
+// reply's arrays are read from their wire bytes (prepared) or by Scan
+// (exec mode).
+func TestCompleteReadsTheSameRecordsInEveryMode(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	_, err := migrations.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fila_jobs (queue, kind) SELECT 'q', 'k' FROM generate_series(1, 6)`)
+	require.NoError(t, err)
+	direct, err := pgxpool.New(ctx, db.DirectDSN)
+	require.NoError(t, err)
+	t.Cleanup(direct.Close)
+	prepared := New(direct)
+	prepared.SetStatementMode(pgx.QueryExecModeCacheStatement)
+	exec := New(db.Pool)
+	exec.SetStatementMode(pgx.QueryExecModeExec)
+	res, err := prepared.Claim(ctx, "q", []string{"k"}, nil, 6, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 6)
+	for i, s := range []*Store{prepared, exec} {
+		var outs []Outcome
+		var want []AttemptKey
+		for _, j := range res.Jobs[3*i : 3*i+3] {
+			outs = append(outs, Outcome{Attempt: j.Attempt, OK: true})
+			want = append(want, j.Attempt.Key())
+		}
+		fin, err := s.Finish(ctx, outs)
+		require.NoError(t, err)
+		var got []AttemptKey
+		for _, f := range fin {
+			require.Equal(t, StateCompleted, f.State)
+			got = append(got, f.Key)
+		}
+		require.ElementsMatch(t, want, got, "store %d", i)
+	}
+	var completed int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE state = 'completed'`).Scan(&completed))
+	require.Equal(t, 6, completed)
+
+	// The reply's arrays as readCompleted reads them: empty, and refused
+	// (left to Scan) when an element is NULL.
+	var empty, withNull []byte
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_send('{}'::bigint[]), array_send('{1,NULL}'::bigint[])`).Scan(&empty, &withNull))
+	elems, ok := fixedArray(empty, 8)
+	require.True(t, ok)
+	require.Empty(t, elems)
+	_, ok = fixedArray(withNull, 8)
+	require.False(t, ok)
+}

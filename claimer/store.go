@@ -469,24 +469,28 @@ func (s *Store) complete(ctx context.Context, outs []Outcome) ([]Finished, error
 	for i, o := range outs {
 		p.set(i, o.Attempt)
 	}
-	var (
-		doneIDs      []int64
-		doneAttempts []int32
-		doneStarted  []time.Time
-	)
+	var out []Finished
 	err := s.inSession(ctx, func() error {
-		return s.queryRow(ctx, sqlComplete, []any{p.ids, p.attempts, p.started}, &doneIDs, &doneAttempts, &doneStarted)
+		rows, err := s.query(ctx, sqlComplete, p.ids, p.attempts, p.started)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return pgx.ErrNoRows
+		}
+		out, err = readCompleted(rows)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("complete %d attempts: %w", n, err)
-	}
-	if len(doneAttempts) != len(doneIDs) || len(doneStarted) != len(doneIDs) {
-		return nil, fmt.Errorf("complete %d attempts: %d ids, %d attempts and %d start times returned", n,
-			len(doneIDs), len(doneAttempts), len(doneStarted))
-	}
-	out := make([]Finished, len(doneIDs))
-	for i, id := range doneIDs {
-		out[i] = Finished{Key: Attempt{ID: id, Attempt: int(doneAttempts[i]), StartedAt: doneStarted[i]}.Key(), State: StateCompleted}
 	}
 	return out, nil
 }
