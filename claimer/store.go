@@ -65,6 +65,9 @@ type Job struct {
 	// tags.
 	Metadata json.RawMessage
 	Tags     []string
+	// Policy is the job's own timeout and retry policy as JSON (the
+	// runtime's InsertOpts.Timeout and Retry), nil when it has none.
+	Policy json.RawMessage
 }
 
 // ClaimResult is what one claim round trip returns.
@@ -189,12 +192,12 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 	// One set of destinations for every row: a batch of a thousand rows
 	// scanned into fresh pointers made a dozen allocations a row. The kind
 	// is read in place and matched to one of kinds, whose string the job
-	// shares; the payload and metadata are read in place too and copied
+	// shares; the payload, metadata and policy are read in place too and copied
 	// into a block shared by several jobs, as are the jobs themselves
 	// (see jobBlock and textBlock).
 	var (
 		id, priority, attempts, maxAttempt, rescued pgtype.Int8
-		kind, payload, metadata                     pgtype.DriverBytes
+		kind, payload, metadata, policy             pgtype.DriverBytes
 		createdAt, started                          pgtype.Timestamptz
 		waitMs, nextDue                             pgtype.Float8
 		// Scanned into afresh for each row (pgx makes a new slice for each
@@ -223,7 +226,7 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 	// Made once: built in the call, the list of destinations was an
 	// allocation per row.
 	dest := []any{&id, &kind, &payload, &priority, &attempts, &maxAttempt, &createdAt, &started,
-		&waitMs, &rescued, &nextDue, &metadata, &tags}
+		&waitMs, &rescued, &nextDue, &metadata, &tags, &policy}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("claim: scan: %w", err)
@@ -247,7 +250,7 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, queue string, kinds
 			Attempt: Attempt{ID: id.Int64, Attempt: int(attempts.Int64), StartedAt: started.Time},
 			Queue:   queue, Kind: kindOf(kind, kinds), Payload: keep(payload), Priority: int16(priority.Int64),
 			MaxAttempts: int(maxAttempt.Int64), CreatedAt: createdAt.Time, Wait: fromMs(waitMs.Float64), Tags: tags,
-			Metadata: keep(metadata),
+			Metadata: keep(metadata), Policy: keep(policy),
 		}
 		res.Jobs = append(res.Jobs, j)
 	}
@@ -289,6 +292,7 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 		payload  string
 		waitMs   float64
 		metadata *string
+		policy   *string
 	)
 	sql := sqlClaimID
 	if s.hasMode && s.mode == pgx.QueryExecModeCacheStatement {
@@ -296,7 +300,7 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 	}
 	err := s.inSession(ctx, func() error {
 		return s.queryRow(ctx, sql, []any{id, queue, kinds, ms(lease), s.worker}, &j.ID, &j.Kind, &payload, &j.Priority,
-			&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs, &metadata, &j.Tags)
+			&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs, &metadata, &j.Tags, &policy)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -307,6 +311,9 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 	j.Payload, j.Wait = json.RawMessage(payload), fromMs(waitMs)
 	if metadata != nil {
 		j.Metadata = json.RawMessage(*metadata)
+	}
+	if policy != nil {
+		j.Policy = json.RawMessage(*policy)
 	}
 	return &j, nil
 }
