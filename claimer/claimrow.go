@@ -14,7 +14,7 @@ import (
 
 // claimRow is one row of fila_claim's result, read from its wire bytes.
 //
-// pgx's Scan finds a plan for each of the row's thirteen values on every
+// pgx's Scan finds a plan for each of the row's fourteen values on every
 // row and goes through an interface per value: in a drain it was about a
 // seventh of the worker's CPU. The claim's columns never change, so when
 // the server sent them in the binary format (text columns: either) with the types fila_claim
@@ -24,6 +24,7 @@ type claimRow struct {
 	idNull                        bool
 	id                            int64
 	kind, payload, metadata       []byte // nil when NULL; they point into pgx's buffer
+	policy                        []byte
 	priority                      int16
 	attempt, maxAttempts, rescued int32
 	rescuedNull                   bool
@@ -37,7 +38,7 @@ type claimRow struct {
 var claimColumns = [...]uint32{
 	pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID, pgtype.Int2OID, pgtype.Int4OID, pgtype.Int4OID,
 	pgtype.TimestamptzOID, pgtype.TimestamptzOID, pgtype.Float8OID, pgtype.Int4OID, pgtype.Float8OID,
-	pgtype.TextOID, pgtype.TextArrayOID,
+	pgtype.TextOID, pgtype.TextArrayOID, pgtype.TextOID,
 }
 
 // rawClaimRows reports whether rows described by fds can be read by
@@ -99,7 +100,7 @@ func readClaimRow(vals [][]byte, r *claimRow) error {
 		return timestamptz(us)
 	}
 	r.id, r.idNull = int64At(0)
-	r.kind, r.payload, r.metadata = vals[1], vals[2], vals[11]
+	r.kind, r.payload, r.metadata, r.policy = vals[1], vals[2], vals[11], vals[13]
 	if v := fixed(3, 2); v != nil {
 		r.priority = int16(binary.BigEndian.Uint16(v))
 	} else {
@@ -197,7 +198,7 @@ func textArray(v []byte) (tags []string, ok bool) {
 // for).
 type claimScan struct {
 	id, priority, attempts, maxAttempt, rescued pgtype.Int8
-	kind, payload, metadata                     pgtype.DriverBytes
+	kind, payload, metadata, policy             pgtype.DriverBytes
 	createdAt, started                          pgtype.Timestamptz
 	waitMs, nextDue                             pgtype.Float8
 	tags                                        []string
@@ -207,7 +208,7 @@ type claimScan struct {
 func newClaimScan() *claimScan {
 	c := new(claimScan)
 	c.dest = []any{&c.id, &c.kind, &c.payload, &c.priority, &c.attempts, &c.maxAttempt, &c.createdAt,
-		&c.started, &c.waitMs, &c.rescued, &c.nextDue, &c.metadata, &c.tags}
+		&c.started, &c.waitMs, &c.rescued, &c.nextDue, &c.metadata, &c.tags, &c.policy}
 	return c
 }
 
@@ -224,7 +225,7 @@ func (c *claimScan) read(rows pgx.Rows, r *claimRow) error {
 		rescued: int32(c.rescued.Int64), rescuedNull: !c.rescued.Valid,
 		createdAt: c.createdAt.Time, startedAt: c.started.Time,
 		waitMs: c.waitMs.Float64, nextDueMs: c.nextDue.Float64, nextDueNull: !c.nextDue.Valid,
-		tags: c.tags,
+		tags: c.tags, policy: c.policy,
 	}
 	return nil
 }

@@ -19,19 +19,19 @@ import (
 // one tag.
 const claimShaped = `SELECT id::int8, kind::text, payload::text, priority::int2, attempt::int4,
        max_attempts::int4, created_at::timestamptz, started_at::timestamptz, wait_ms::float8,
-       rescued::int4, next_due_ms::float8, metadata::text, tags::text[]
+       rescued::int4, next_due_ms::float8, metadata::text, tags::text[], policy::text
 FROM (VALUES
-  (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3, 'NaN', NULL, NULL),
-  (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1234.5, NULL, NULL),
+  (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3, 'NaN', NULL, NULL, NULL),
+  (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1234.5, NULL, NULL, NULL),
   (9007199254740993, 'send_email', '{"to":"a@b"}', -7, 1, 25, '2026-12-07 07:01:02.345678+00',
-   '2026-12-07 07:01:03.000001+00', 0.25, NULL, NULL, '{"trace":"x"}', '{}'),
+   '2026-12-07 07:01:03.000001+00', 0.25, NULL, NULL, '{"trace":"x"}', '{}', '{"timeout_ms": 100}'),
   (1, 'k', 'null', 32767, 3, 5, '1999-12-31 23:59:59.999999+00', '1970-01-01 00:00:00+00',
-   -1.5, NULL, NULL, NULL, NULL),
+   -1.5, NULL, NULL, NULL, NULL, NULL),
   (2, '', '""', 0, 0, 0, '0001-01-01 00:00:00+00', '2262-01-01 00:00:00.5+00', 1e300, NULL, NULL,
-   '{}', '{a,"",ünïcode,"with space"}'),
-  (3, 'k', '[]', 1, 1, 1, now(), now(), 0, NULL, NULL, NULL, '{x}')
+   '{}', '{a,"",ünïcode,"with space"}', ''),
+  (3, 'k', '[]', 1, 1, 1, now(), now(), 0, NULL, NULL, NULL, '{x}', NULL)
 ) AS v(id, kind, payload, priority, attempt, max_attempts, created_at, started_at, wait_ms, rescued,
-       next_due_ms, metadata, tags)`
+       next_due_ms, metadata, tags, policy)`
 
 // readClaimRow reads every row a claim can return as pgx's Scan does.
 func TestReadClaimRowMatchesScan(t *testing.T) {
@@ -96,8 +96,9 @@ func TestClaimReadsTheSameJobsInEveryMode(t *testing.T) {
 	_, err := migrations.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	for _, q := range []string{"raw", "scan"} {
-		_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (queue, kind, payload, priority, max_attempts, metadata, tags)
-			VALUES ($1, 'k', '{"n":1}', -3, 7, '{"m":"x"}', '{a,b}'), ($1, 'other', 'null', 5, 1, NULL, '{}')`, q)
+		_, err := db.Pool.Exec(ctx, `INSERT INTO fila_jobs (queue, kind, payload, priority, max_attempts, metadata, tags, policy)
+			VALUES ($1, 'k', '{"n":1}', -3, 7, '{"m":"x"}', '{a,b}', '{"timeout_ms": 50}'),
+			       ($1, 'other', 'null', 5, 1, NULL, '{}', NULL)`, q)
 		require.NoError(t, err)
 	}
 	direct, err := pgxpool.New(ctx, db.DirectDSN)
@@ -123,6 +124,7 @@ func TestClaimReadsTheSameJobsInEveryMode(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, a.Jobs, 2)
 	require.Len(t, b.Jobs, 2)
+	require.JSONEq(t, `{"timeout_ms": 50}`, string(a.Jobs[0].Policy))
 	for i := range a.Jobs {
 		x, y := *a.Jobs[i], *b.Jobs[i]
 		require.NotZero(t, x.StartedAt)

@@ -7,26 +7,27 @@ package claimer
 // parameters carry explicit types because pgx sends them without a
 // server-side describe (QueryExecModeExec).
 const (
-	// fila_claim(p_queue text, p_kinds text[], p_limit integer,
-	// p_lease_ms double precision, p_limit_kinds text[], p_limit_paths text[],
+	// fila_claim(p_queue text, p_kinds text[], p_limit integer, p_lease_ms
+	// double precision, p_limit_kinds text[], p_limit_paths text[],
 	// p_limit_max integer[], p_rate_kinds text[], p_rate_paths text[],
-	// p_rate_max integer[], p_rate_period_ms double precision[],
-	// p_worker text) RETURNS TABLE(id bigint, kind text, payload text,
-	// priority smallint, attempt integer, max_attempts integer,
-	// created_at timestamp with time zone, started_at timestamp with time zone,
-	// wait_ms double precision, rescued integer, next_due_ms double precision,
-	// metadata text, tags text[])
+	// p_rate_max integer[], p_rate_period_ms double precision[], p_worker
+	// text) RETURNS TABLE(id bigint, kind text, payload text, priority
+	// smallint, attempt integer, max_attempts integer, created_at timestamp
+	// with time zone, started_at timestamp with time zone, wait_ms double
+	// precision, rescued integer, next_due_ms double precision, metadata text,
+	// tags text[], policy text)
 	sqlClaim = `SELECT id, kind, payload, priority, attempt, max_attempts, created_at, started_at,
-       wait_ms, rescued, next_due_ms, metadata, tags
+       wait_ms, rescued, next_due_ms, metadata, tags, policy
 FROM fila_claim($1::text, $2::text[], $3::int, $4::float8, $5::text[], $6::text[], $7::int[],
                 $8::text[], $9::text[], $10::int[], $11::float8[], $12::text)`
 
-	// fila_claim_id(p_id bigint, p_queue text, p_kinds text[],
-	// p_lease_ms double precision, p_worker text) RETURNS TABLE(id bigint, kind text,
+	// fila_claim_id(p_id bigint, p_queue text, p_kinds text[], p_lease_ms
+	// double precision, p_worker text) RETURNS TABLE(id bigint, kind text,
 	// payload text, priority smallint, attempt integer, max_attempts integer,
-	// created_at timestamp with time zone, started_at timestamp with time zone,
-	// wait_ms double precision, metadata text, tags text[])
-	sqlClaimID = `SELECT id, kind, payload, priority, attempt, max_attempts, created_at, started_at, wait_ms, metadata, tags
+	// created_at timestamp with time zone, started_at timestamp with time
+	// zone, wait_ms double precision, metadata text, tags text[], policy text)
+	sqlClaimID = `SELECT id, kind, payload, priority, attempt, max_attempts, created_at, started_at, wait_ms, metadata, tags,
+       policy
 FROM fila_claim_id($1::bigint, $2::text, $3::text[], $4::float8, $5::text)`
 
 	// The statement fila_claim_id runs, sent as it is, for connections that
@@ -52,7 +53,7 @@ FROM fila_claim_id($1::bigint, $2::text, $3::text[], $4::float8, $5::text)`
     RETURNING j.id, j.kind, j.payload::text, j.priority, j.attempts, j.max_attempts,
               j.created_at, j.started_at,
               (extract(epoch FROM now() - greatest(j.created_at, j.run_at)) * 1000)::float8,
-              j.metadata::text, j.tags`
+              j.metadata::text, j.tags, fila_job_policy(j.policy, j.metadata)::text`
 
 	// fila_finish(p_ids bigint[], p_attempts integer[],
 	// p_started timestamp with time zone[], p_ok boolean[], p_errs text[],

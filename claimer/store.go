@@ -64,6 +64,9 @@ type Job struct {
 	// tags.
 	Metadata json.RawMessage
 	Tags     []string
+	// Policy is the job's own timeout and retry policy as JSON (the
+	// runtime's InsertOpts.Timeout and Retry), nil when it has none.
+	Policy json.RawMessage
 }
 
 // ClaimResult is what one claim round trip returns.
@@ -204,7 +207,7 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, buf *ClaimBuffer, q
 	// One set of destinations for every row: a batch of a thousand rows
 	// scanned into fresh pointers made a dozen allocations a row. The kind
 	// is read in place and matched to one of kinds, whose string the job
-	// shares; the payload and metadata are read in place too and copied
+	// shares; the payload, metadata and policy are read in place too and copied
 	// into a block shared by several jobs, as are the jobs themselves
 	// (see jobBlock and textBlock).
 	var (
@@ -273,7 +276,7 @@ func (s *Store) claim(ctx context.Context, res *ClaimResult, buf *ClaimBuffer, q
 			Attempt: Attempt{ID: row.id, Attempt: int(row.attempt), StartedAt: row.startedAt},
 			Queue:   queue, Kind: kindOf(row.kind, kinds), Payload: keep(row.payload), Priority: row.priority,
 			MaxAttempts: int(row.maxAttempts), CreatedAt: row.createdAt, Wait: fromMs(row.waitMs), Tags: row.tags,
-			Metadata: keep(row.metadata),
+			Metadata: keep(row.metadata), Policy: keep(row.policy),
 		}
 		res.Jobs = append(res.Jobs, j)
 	}
@@ -315,6 +318,7 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 		payload  string
 		waitMs   float64
 		metadata *string
+		policy   *string
 	)
 	sql := sqlClaimID
 	if s.hasMode && s.mode == pgx.QueryExecModeCacheStatement {
@@ -322,7 +326,7 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 	}
 	err := s.inSession(ctx, func() error {
 		return s.queryRow(ctx, sql, []any{id, queue, kinds, ms(lease), s.worker}, &j.ID, &j.Kind, &payload, &j.Priority,
-			&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs, &metadata, &j.Tags)
+			&j.Attempt.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.StartedAt, &waitMs, &metadata, &j.Tags, &policy)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -333,6 +337,9 @@ func (s *Store) ClaimID(ctx context.Context, id int64, queue string, kinds []str
 	j.Payload, j.Wait = json.RawMessage(payload), fromMs(waitMs)
 	if metadata != nil {
 		j.Metadata = json.RawMessage(*metadata)
+	}
+	if policy != nil {
+		j.Policy = json.RawMessage(*policy)
 	}
 	return &j, nil
 }

@@ -29,7 +29,7 @@
 //
 //	fila_batches                     table     0023
 //	  fila_batches_seal              trigger   0023
-//	fila_jobs                        table     0001 0002 0003 0005 0009 0013 0016 0019 0020 0023 0027 0028
+//	fila_jobs                        table     0001 0002 0003 0005 0009 0013 0016 0019 0020 0023 0027 0028 0030
 //	  fila_jobs_batch_idx            index     0023
 //	  fila_jobs_cancelled_idx        index     0002
 //	  fila_jobs_concurrency_idx      index     0003
@@ -69,13 +69,14 @@
 //	fila_append_error                function  0002 0018
 //	fila_batch_callback              function  0023
 //	fila_batch_count                 function  0023
-//	fila_claim                       function  0002 0003 0006 0010 0011 0013 0014 0019 0020 0021 0022
-//	fila_claim_id                    function  0012 0013 0014 0019 0020
+//	fila_claim                       function  0002 0003 0006 0010 0011 0013 0014 0019 0020 0021 0022 0030
+//	fila_claim_id                    function  0012 0013 0014 0019 0020 0030
 //	fila_complete                    function  0024 0025
 //	fila_finish                      function  0002 0006 0008 0013 0014 0016
 //	fila_flow_advance                function  0023
 //	fila_flow_check                  function  0023
 //	fila_heartbeat                   function  0002 0006 0008 0013
+//	fila_job_policy                  function  0030
 //	fila_payload_limits              function  0017
 //	fila_release                     function  0002 0006 0008 0013 0014
 //	fila_rescue_counts               function  0013

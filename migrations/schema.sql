@@ -1,7 +1,7 @@
 -- Fila's schema as Migrate leaves it: tables with their columns,
 -- constraints and indexes, then functions, then triggers.
 --
--- Migration: 0029 (river_imports)
+-- Migration: 0030 (job_policy)
 -- Generated on PostgreSQL 15 from a freshly migrated database: do not edit.
 --
 -- The numbered migrations are its history, and doc.go lists which of them
@@ -67,6 +67,7 @@ CREATE TABLE fila_jobs (
     batch_id bigint,
     workflow_id bigint,
     workflow_step text,
+    policy jsonb,
     CONSTRAINT fila_jobs_pkey PRIMARY KEY (id),
     CONSTRAINT fila_jobs_attempts_in_bounds CHECK (((attempts >= 0) AND (attempts <= max_attempts))),
     CONSTRAINT fila_jobs_dependency_failure_valid CHECK ((dependency_failure = ANY (ARRAY['dead'::text, 'cancel'::text, 'run'::text]))),
@@ -76,6 +77,7 @@ CREATE TABLE fila_jobs (
     CONSTRAINT fila_jobs_max_attempts_valid CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
     CONSTRAINT fila_jobs_output_size CHECK (((output IS NULL) OR (octet_length((output)::text) <= 65536))),
     CONSTRAINT fila_jobs_pending_needs_attempt_left CHECK (((state <> 'pending'::text) OR (attempts < max_attempts))),
+    CONSTRAINT fila_jobs_policy_object CHECK ((jsonb_typeof(policy) = 'object'::text)),
     CONSTRAINT fila_jobs_queue_valid CHECK (((queue ~ '^[A-Za-z0-9_.-]+$'::text) AND (octet_length(queue) <= 58))),
     CONSTRAINT fila_jobs_running_needs_lease CHECK (((state <> 'running'::text) OR (lease_until IS NOT NULL))),
     CONSTRAINT fila_jobs_sequence_key_valid CHECK (((sequence_key <> ''::text) AND (length(sequence_key) <= 200))),
@@ -260,7 +262,7 @@ END
 $function$;
 
 CREATE OR REPLACE FUNCTION fila_claim(p_queue text, p_kinds text[], p_limit integer, p_lease_ms double precision, p_limit_kinds text[], p_limit_paths text[], p_limit_max integer[], p_rate_kinds text[], p_rate_paths text[], p_rate_max integer[], p_rate_period_ms double precision[], p_worker text)
- RETURNS TABLE(id bigint, kind text, payload text, priority smallint, attempt integer, max_attempts integer, created_at timestamp with time zone, started_at timestamp with time zone, wait_ms double precision, rescued integer, next_due_ms double precision, metadata text, tags text[])
+ RETURNS TABLE(id bigint, kind text, payload text, priority smallint, attempt integer, max_attempts integer, created_at timestamp with time zone, started_at timestamp with time zone, wait_ms double precision, rescued integer, next_due_ms double precision, metadata text, tags text[], policy text)
  LANGUAGE plpgsql
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
@@ -405,9 +407,10 @@ BEGIN
                             RETURNING j.id, j.kind, j.payload::text, j.priority, j.attempts, j.max_attempts,
                                       j.created_at, j.started_at,
                                       (extract(epoch FROM now() - greatest(j.created_at, j.run_at)) * 1000)::float8 AS wait,
-                                      j.metadata::text AS metadata, j.tags)
+                                      j.metadata::text AS metadata, j.tags,
+                                      fila_job_policy(j.policy, j.metadata)::text AS policy)
                         SELECT u.id, u.kind, u.payload, u.priority, u.attempts, u.max_attempts, u.created_at, u.started_at,
-                               u.wait, NULL::int, NULL::float8, u.metadata, u.tags FROM u;
+                               u.wait, NULL::int, NULL::float8, u.metadata, u.tags, u.policy FROM u;
                         GET DIAGNOSTICS v_n = ROW_COUNT;
                         IF v_n > 0 AND c.rkey IS NOT NULL THEN
                             INSERT INTO fila_rate_starts (kind, key, job_id, started_at, until)
@@ -504,7 +507,7 @@ BEGIN
         RETURNING j.id, j.kind, j.payload::text, j.priority, j.attempts, j.max_attempts,
                   j.created_at, j.started_at,
                   (extract(epoch FROM now() - greatest(j.created_at, j.run_at)) * 1000)::float8,
-                  NULL::int, NULL::float8, j.metadata::text, j.tags;
+                  NULL::int, NULL::float8, j.metadata::text, j.tags, fila_job_policy(j.policy, j.metadata)::text;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_left := v_left - v_n;
     END IF;
@@ -523,12 +526,12 @@ BEGIN
         ) - clock_timestamp()) * 1000)::float8;
     END IF;
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::smallint, NULL::int, NULL::int,
-                        NULL::timestamptz, NULL::timestamptz, NULL::float8, v_rescued, v_due, NULL::text, NULL::text[];
+                        NULL::timestamptz, NULL::timestamptz, NULL::float8, v_rescued, v_due, NULL::text, NULL::text[], NULL::text;
 END
 $function$;
 
 CREATE OR REPLACE FUNCTION fila_claim(p_queue text, p_kinds text[], p_limit integer, p_lease_ms double precision, p_limit_kinds text[], p_limit_paths text[], p_limit_max integer[], p_worker text)
- RETURNS TABLE(id bigint, kind text, payload text, priority smallint, attempt integer, max_attempts integer, created_at timestamp with time zone, started_at timestamp with time zone, wait_ms double precision, rescued integer, next_due_ms double precision, metadata text, tags text[])
+ RETURNS TABLE(id bigint, kind text, payload text, priority smallint, attempt integer, max_attempts integer, created_at timestamp with time zone, started_at timestamp with time zone, wait_ms double precision, rescued integer, next_due_ms double precision, metadata text, tags text[], policy text)
  LANGUAGE sql
 AS $function$
     SELECT * FROM fila_claim(p_queue, p_kinds, p_limit, p_lease_ms, p_limit_kinds, p_limit_paths, p_limit_max,
@@ -536,7 +539,7 @@ AS $function$
 $function$;
 
 CREATE OR REPLACE FUNCTION fila_claim_id(p_id bigint, p_queue text, p_kinds text[], p_lease_ms double precision, p_worker text)
- RETURNS TABLE(id bigint, kind text, payload text, priority smallint, attempt integer, max_attempts integer, created_at timestamp with time zone, started_at timestamp with time zone, wait_ms double precision, metadata text, tags text[])
+ RETURNS TABLE(id bigint, kind text, payload text, priority smallint, attempt integer, max_attempts integer, created_at timestamp with time zone, started_at timestamp with time zone, wait_ms double precision, metadata text, tags text[], policy text)
  LANGUAGE plpgsql
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
@@ -562,7 +565,7 @@ BEGIN
     RETURNING j.id, j.kind, j.payload::text, j.priority, j.attempts, j.max_attempts,
               j.created_at, j.started_at,
               (extract(epoch FROM now() - greatest(j.created_at, j.run_at)) * 1000)::float8,
-              j.metadata::text, j.tags;
+              j.metadata::text, j.tags, fila_job_policy(j.policy, j.metadata)::text;
 END
 $function$;
 
@@ -825,6 +828,17 @@ BEGIN
     FROM locked l
     WHERE NOT (l.state = 'running' AND l.attempts = l.attempt AND l.started_at = l.started);
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION fila_job_policy(p_policy jsonb, p_metadata jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT coalesce(p_policy,
+                    CASE WHEN jsonb_typeof(p_metadata->'fila') = 'object'
+                              AND (p_metadata->'fila') ?| '{timeout_ms,retry_base_ms,retry_max_ms}'::text[]
+                         THEN p_metadata->'fila' END)
 $function$;
 
 CREATE OR REPLACE FUNCTION fila_payload_limits(OUT max_bytes integer, OUT max_depth integer)

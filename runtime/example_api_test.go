@@ -74,12 +74,12 @@ func ExampleJobArgsWithInsertOpts() {
 	over, _ := client.Insert(ctx, SendReceipt{OrderID: 2}, &runtime.InsertOpts{Queue: "urgent", Priority: -1, Timeout: 5 * time.Second})
 	for _, id := range []int64{def.ID, over.ID} {
 		j, _ := runtime.GetJob(ctx, pool, id)
-		fmt.Printf("queue %s, priority %d, max attempts %d, metadata %s\n", j.Queue, j.Priority, j.MaxAttempts, j.Metadata)
+		fmt.Printf("queue %s, priority %d, max attempts %d, policy %s\n", j.Queue, j.Priority, j.MaxAttempts, j.Policy)
 	}
 	fmt.Println("second insert of order 1 is a duplicate:", dup.Duplicate)
 	// Output:
-	// queue mail, priority 2, max attempts 10, metadata {"fila": {"timeout_ms": 30000, "retry_max_ms": 600000, "retry_base_ms": 5000}}
-	// queue urgent, priority -1, max attempts 10, metadata {"fila": {"timeout_ms": 5000, "retry_max_ms": 600000, "retry_base_ms": 5000}}
+	// queue mail, priority 2, max attempts 10, policy {"timeout_ms": 30000, "retry_max_ms": 600000, "retry_base_ms": 5000}
+	// queue urgent, priority -1, max attempts 10, policy {"timeout_ms": 5000, "retry_max_ms": 600000, "retry_base_ms": 5000}
 	// second insert of order 1 is a duplicate: true
 }
 
@@ -192,7 +192,10 @@ func ExampleInsertMiddleware() {
 	res, _ := client.Insert(ctx, SendReceipt{OrderID: 7}, &runtime.InsertOpts{Timeout: time.Second})
 	j, _ := runtime.GetJob(ctx, pool, res.ID)
 	fmt.Println(string(j.Metadata))
-	// Output: {"fila": {"timeout_ms": 1000, "retry_max_ms": 600000, "retry_base_ms": 5000}, "enqueued_by": "checkout"}
+	fmt.Println(string(j.Policy))
+	// Output:
+	// {"enqueued_by": "checkout"}
+	// {"timeout_ms": 1000, "retry_max_ms": 600000, "retry_base_ms": 5000}
 }
 
 // Tags and metadata find jobs (by index); a handler's output is kept with

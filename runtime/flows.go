@@ -132,14 +132,14 @@ const (
 	// arrays must be rectangular). An id of 0 takes the next of the
 	// identity's sequence.
 	insertFlowSQL = `INSERT INTO fila_jobs (id, queue, kind, payload, priority, run_at, max_attempts, tags, metadata,
-    depends_on, dependency_failure, has_dependents, sequence_key, sequence_on_dead, batch_id, workflow_id, workflow_step)
+    depends_on, dependency_failure, has_dependents, sequence_key, sequence_on_dead, batch_id, workflow_id, workflow_step, policy)
 OVERRIDING SYSTEM VALUE
 SELECT CASE WHEN i > 0 THEN i ELSE nextval((SELECT pg_get_serial_sequence('fila_jobs', 'id')::regclass)) END,
        q, k, p::jsonb, pr, coalesce(ra, now()), ma, string_to_array(tg, E'\x1f'), md::jsonb,
-       string_to_array(nullif(dep, ''), ',')::bigint[], df, hd, sk, sd, b, w, ws
+       string_to_array(nullif(dep, ''), ',')::bigint[], df, hd, sk, sd, b, w, ws, po::jsonb
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::smallint[], $6::timestamptz[], $7::int[], $8::text[], $9::text[],
-            $10::text[], $11::text[], $12::bool[], $13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::text[])
-     WITH ORDINALITY AS t(i, q, k, p, pr, ra, ma, tg, md, dep, df, hd, sk, sd, b, w, ws, n)
+            $10::text[], $11::text[], $12::bool[], $13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::text[], $18::text[])
+     WITH ORDINALITY AS t(i, q, k, p, pr, ra, ma, tg, md, dep, df, hd, sk, sd, b, w, ws, po, n)
 ORDER BY n
 RETURNING id`
 
@@ -192,7 +192,7 @@ func insertFlowRows(ctx context.Context, db DB, rows []insertRow, ids []int64) (
 	tags, metadata := make([]*string, n), make([]*string, n)
 	deps, depFailure, seq, seqDead := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 	hasDeps, batches := make([]bool, n), make([]*int64, n)
-	workflows, steps := make([]*int64, n), make([]*string, n)
+	workflows, steps, policies := make([]*int64, n), make([]*string, n), make([]*string, n)
 	if ids == nil {
 		ids = make([]int64, n)
 	}
@@ -205,10 +205,10 @@ func insertFlowRows(ctx context.Context, db DB, rows []insertRow, ids []int64) (
 		}
 		deps[i] = strings.Join(ds, ",")
 		depFailure[i], hasDeps[i], seq[i], seqDead[i], batches[i] = r.depFailure, r.hasDependents, r.sequence, r.sequenceOnDead, r.batch
-		workflows[i], steps[i] = r.workflowID, r.workflowStep
+		workflows[i], steps[i], policies[i] = r.workflowID, r.workflowStep, r.policy
 	}
 	res, err := db.Query(ctx, insertFlowSQL, ids, queues, kinds, payloads, prios, runAts, maxes, tags, metadata,
-		deps, depFailure, hasDeps, seq, seqDead, batches, workflows, steps)
+		deps, depFailure, hasDeps, seq, seqDead, batches, workflows, steps, policies)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d jobs: %w", n, err)
 	}

@@ -20,19 +20,20 @@ import (
 // SQL of the insert API. Payloads travel as text and are cast by the server,
 // which PgBouncer in transaction mode carries like any other parameter.
 const (
-	insertSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata, state)
+	insertSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata, state, policy)
 VALUES ($1::text, $2::text, $3::text::jsonb, $4::smallint, coalesce($5::timestamptz, now()), $6::int,
-        $7::text[], $8::text::jsonb, coalesce($9::text, 'pending'))
+        $7::text[], $8::text::jsonb, coalesce($9::text, 'pending'), $10::text::jsonb)
 RETURNING id`
 
 	// One statement however many jobs: the statement-level trigger then sends
 	// one notification per queue, not one per row.
 	// Each job's tags travel joined by U+001F, which a tag cannot hold (an
 	// array of arrays must be rectangular in PostgreSQL).
-	insertManySQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata, state)
-SELECT q, k, p::jsonb, pr, coalesce(ra, now()), ma, string_to_array(tg, E'\x1f'), md::jsonb, coalesce(st, 'pending')
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::text[], $9::text[])
-     AS t(q, k, p, pr, ra, ma, tg, md, st)
+	insertManySQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, tags, metadata, state, policy)
+SELECT q, k, p::jsonb, pr, coalesce(ra, now()), ma, string_to_array(tg, E'\x1f'), md::jsonb, coalesce(st, 'pending'), po::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::text[], $9::text[],
+            $10::text[])
+     AS t(q, k, p, pr, ra, ma, tg, md, st, po)
 RETURNING id`
 
 	// Ids for a COPY, taken from the identity column's own sequence. COPY
@@ -82,14 +83,14 @@ type InsertOpts struct {
 	// MetadataMaxBytes of JSON. Defaults to none.
 	Metadata map[string]any
 	// Timeout cancels each attempt's handler after this long, in place of
-	// its kind's Timeout (Kind.Timeout); not negative. It travels in the
-	// job's metadata (MetadataPolicyKey), so it holds whichever worker runs
-	// the job. Defaults to 0: the kind's.
+	// its kind's Timeout (Kind.Timeout); not negative. It travels with the
+	// job (its row's policy, apart from Metadata), so it holds whichever
+	// worker runs the job. Defaults to 0: the kind's.
 	Timeout time.Duration
 	// Retry is this job's retry backoff, in place of its kind's
 	// (Kind.Backoff) and the runtime's (Config.RetryBase, RetryMax); a
-	// handler's RetryAfter still wins. It travels in the job's metadata
-	// (MetadataPolicyKey). Defaults to nil: the kind's.
+	// handler's RetryAfter still wins. It travels with the job, as Timeout
+	// does. Defaults to nil: the kind's.
 	Retry *RetryPolicy
 	// After lists jobs, by id, that must complete before this one runs:
 	// until then it is waiting, which no worker claims. They must exist
@@ -142,6 +143,7 @@ type insertRow struct {
 	uniqueKey            *string
 	uniqueStates         []string
 	tags, metadata       *string // tags joined by U+001F; metadata as JSON
+	policy               *string // the job's Timeout and Retry as JSON (see encodePolicy)
 	held                 bool
 
 	// Flows (see flows.go).
@@ -178,12 +180,8 @@ func prepareTags(r *insertRow, o InsertOpts) error {
 		joined := strings.Join(o.Tags, "\x1f")
 		r.tags = &joined
 	}
-	metadata, err := withPolicy(o)
-	if err != nil {
-		return err
-	}
-	if metadata != nil {
-		b, err := json.Marshal(metadata)
+	if o.Metadata != nil {
+		b, err := json.Marshal(o.Metadata)
 		if err != nil {
 			return fmt.Errorf("metadata: %w", err)
 		}
@@ -229,6 +227,11 @@ func prepareWith(p InsertParams, inWorkflow bool) (insertRow, error) {
 	if err := prepareTags(&r, p.InsertOpts); err != nil {
 		return r, err
 	}
+	policy, err := encodePolicy(p.InsertOpts)
+	if err != nil {
+		return r, err
+	}
+	r.policy = policy
 	if err := prepareFlow(&r, p.InsertOpts); err != nil {
 		return r, err
 	}
@@ -376,12 +379,12 @@ func insertStatement(ctx context.Context, db DB, rows []insertRow) ([]int64, err
 	queues, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
 	prios, maxes := make([]int16, n), make([]int32, n)
 	runAts := make([]*time.Time, n)
-	tags, metadata, states := make([]*string, n), make([]*string, n), make([]*string, n)
+	tags, metadata, states, policies := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 	for i, r := range rows {
 		queues[i], kinds[i], payloads[i], prios[i], runAts[i], maxes[i] = r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts
-		tags[i], metadata[i], states[i] = r.tags, r.metadata, r.state()
+		tags[i], metadata[i], states[i], policies[i] = r.tags, r.metadata, r.state(), r.policy
 	}
-	res, err := db.Query(ctx, insertManySQL, queues, kinds, payloads, prios, runAts, maxes, tags, metadata, states)
+	res, err := db.Query(ctx, insertManySQL, queues, kinds, payloads, prios, runAts, maxes, tags, metadata, states, policies)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d jobs: %w", n, err)
 	}
@@ -421,10 +424,12 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 	for _, r := range rows {
 		labelled = labelled || r.tags != nil || r.metadata != nil
 	}
-	// The state travels only when some job is held.
-	var held bool
+	// The state travels only when some job is held, the policy only when
+	// some job has one.
+	var held, policies bool
 	for _, r := range rows {
 		held = held || r.held
+		policies = policies || r.policy != nil
 	}
 	var now time.Time
 	if scheduled > 0 {
@@ -440,6 +445,9 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 	}
 	if held {
 		columns = append(columns, "state")
+	}
+	if policies {
+		columns = append(columns, "policy")
 	}
 	values := make([]any, len(columns))
 	src := pgx.CopyFromSlice(n, func(i int) ([]any, error) {
@@ -468,6 +476,13 @@ func insertCopy(ctx context.Context, db DB, c copier, rows []insertRow) ([]int64
 			values[next] = StatePending
 			if r.held {
 				values[next] = StateHeld
+			}
+			next++
+		}
+		if policies {
+			values[next] = nil
+			if r.policy != nil {
+				values[next] = json.RawMessage(*r.policy)
 			}
 		}
 		return values, nil

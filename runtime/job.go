@@ -35,6 +35,10 @@ type Job struct {
 	Metadata json.RawMessage
 	Tags     []string
 
+	// rawPolicy is the job's own timeout and retries (InsertOpts.Timeout
+	// and Retry) as its claim returned them; see policy.
+	rawPolicy json.RawMessage
+
 	completedInTx atomic.Bool
 	ownedUntil    atomic.Int64                  // see OwnedUntil: nanoseconds since monoBase
 	renewed       atomic.Pointer[chan struct{}] // see Renewed: made by its first call
@@ -86,7 +90,7 @@ func newJob(cj *claimer.Job) *Job {
 func (j *Job) fill(cj *claimer.Job) {
 	j.ID, j.Queue, j.Kind, j.Payload, j.Priority = cj.ID, cj.Queue, cj.Kind, cj.Payload, cj.Priority
 	j.Attempt, j.MaxAttempts, j.CreatedAt = cj.Attempt.Attempt, cj.MaxAttempts, cj.CreatedAt
-	j.StartedAt, j.Wait, j.Metadata, j.Tags = cj.StartedAt, cj.Wait, cj.Metadata, cj.Tags
+	j.StartedAt, j.Wait, j.Metadata, j.Tags, j.rawPolicy = cj.StartedAt, cj.Wait, cj.Metadata, cj.Tags, cj.Policy
 }
 
 // jobBlock is how many jobs of one claim share an allocation: one per job

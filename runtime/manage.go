@@ -165,6 +165,11 @@ type JobRow struct {
 	// JSON).
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 	Output   json.RawMessage `json:"output,omitempty"`
+	// Policy is the job's own timeout and retries (InsertOpts.Timeout and
+	// Retry) as the worker reads them, read by GetJob and PreviewJob only:
+	// {"timeout_ms": N, "retry_base_ms": N, "retry_max_ms": N}, each key
+	// present when set; nil when the job has none (its kind's apply).
+	Policy json.RawMessage `json:"policy,omitempty"`
 	// Payload and Errors are read by GetJob only: a listing of many jobs
 	// would carry every payload and error history with it.
 	Payload json.RawMessage `json:"payload,omitempty"`
@@ -281,7 +286,8 @@ const (
        left(coalesce(last_error, ''), 4000), created_at, started_at, finished_at, coalesce(worker, ''), now(), tags,
        workflow_id, coalesce(workflow_step, '')`
 
-	getJobSQL = `SELECT ` + manageColumns + `, payload::text, errors::text, metadata::text, output::text
+	getJobSQL = `SELECT ` + manageColumns + `, payload::text, errors::text, metadata::text, output::text,
+       fila_job_policy(policy, metadata)::text
 FROM fila_jobs
 WHERE id = $1::bigint`
 
@@ -300,7 +306,7 @@ WHERE id = $1::bigint`
                   WITH ORDINALITY AS x(e, n)
               ORDER BY n DESC LIMIT 20) latest),
        CASE WHEN jsonb_typeof(j.errors) = 'array' THEN jsonb_array_length(j.errors) ELSE 0 END,
-       j.metadata::text, j.output::text
+       j.metadata::text, j.output::text, fila_job_policy(j.policy, j.metadata)::text
 FROM fila_jobs j
 CROSS JOIN LATERAL (SELECT convert_to(j.payload::text, 'UTF8') AS b OFFSET 0) p
 WHERE j.id = $1::bigint`
@@ -571,8 +577,8 @@ func filterArgs(f JobFilter) (kind, queue *string, beforeID *int64, err error) {
 func GetJob(ctx context.Context, db DB, id int64) (*JobRow, error) {
 	var j JobRow
 	var payload, history string
-	var metadata, output *string
-	err := db.QueryRow(ctx, getJobSQL, id).Scan(append(jobRowFields(&j), &payload, &history, &metadata, &output)...)
+	var metadata, output, policy *string
+	err := db.QueryRow(ctx, getJobSQL, id).Scan(append(jobRowFields(&j), &payload, &history, &metadata, &output, &policy)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("job %d: %w", id, ErrJobNotFound)
 	}
@@ -580,7 +586,7 @@ func GetJob(ctx context.Context, db DB, id int64) (*JobRow, error) {
 		return nil, fmt.Errorf("get job %d: %w", id, err)
 	}
 	j.Payload = json.RawMessage(payload)
-	j.Metadata, j.Output = rawOrNil(metadata), rawOrNil(output)
+	j.Metadata, j.Output, j.Policy = rawOrNil(metadata), rawOrNil(output), rawOrNil(policy)
 	if err := json.Unmarshal([]byte(history), &j.Errors); err != nil {
 		return nil, fmt.Errorf("get job %d: its errors column is not a list of errors: %w", id, err)
 	}
@@ -626,14 +632,14 @@ func PreviewJob(ctx context.Context, db DB, id int64, payloadBytes int) (*JobPre
 		return nil, fmt.Errorf("preview job %d: payloadBytes %d is negative", id, payloadBytes)
 	}
 	var (
-		j                JobPreview
-		prefix           []byte
-		history          string
-		total            int
-		metadata, output *string
+		j                        JobPreview
+		prefix                   []byte
+		history                  string
+		total                    int
+		metadata, output, policy *string
 	)
 	err := db.QueryRow(ctx, previewJobSQL, id, payloadBytes).
-		Scan(append(jobRowFields(&j.JobRow), &prefix, &j.PayloadBytes, &history, &total, &metadata, &output)...)
+		Scan(append(jobRowFields(&j.JobRow), &prefix, &j.PayloadBytes, &history, &total, &metadata, &output, &policy)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("job %d: %w", id, ErrJobNotFound)
 	}
@@ -646,7 +652,7 @@ func PreviewJob(ctx context.Context, db DB, id int64, payloadBytes int) (*JobPre
 		keep = wholeRunes(prefix)
 	}
 	j.PayloadText = string(prefix[:keep])
-	j.Metadata, j.Output = rawOrNil(metadata), rawOrNil(output)
+	j.Metadata, j.Output, j.Policy = rawOrNil(metadata), rawOrNil(output), rawOrNil(policy)
 	if err := json.Unmarshal([]byte(history), &j.Errors); err != nil {
 		return nil, fmt.Errorf("preview job %d: its errors column is not a list of errors: %w", id, err)
 	}

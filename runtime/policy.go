@@ -1,10 +1,8 @@
 package runtime
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"time"
 )
@@ -40,14 +38,10 @@ func (p RetryPolicy) Validate() error {
 	return nil
 }
 
-// MetadataPolicyKey is the key of a job's metadata under which the job's own
-// policy travels: the InsertOpts.Timeout and InsertOpts.Retry of its insert,
-// as {"timeout_ms": N, "retry_base_ms": N, "retry_max_ms": N}. A plain SQL
-// insert may write it too. It is Fila's: InsertOpts.Metadata may not use it.
-const MetadataPolicyKey = "fila"
-
-// jobPolicy is what a job's metadata says of its own timeout and retries;
-// zero fields say nothing.
+// jobPolicy is a job's own timeout and retries (InsertOpts.Timeout and
+// Retry), stored as JSON in its policy column: {"timeout_ms": N,
+// "retry_base_ms": N, "retry_max_ms": N}, which a plain SQL insert may
+// write too. Zero fields say nothing.
 type jobPolicy struct {
 	TimeoutMs   int64 `json:"timeout_ms,omitempty"`
 	RetryBaseMs int64 `json:"retry_base_ms,omitempty"`
@@ -67,34 +61,25 @@ func (p jobPolicy) retry() (RetryPolicy, bool) {
 	return r, r.Validate() == nil
 }
 
-var policyKeyJSON = []byte(`"` + MetadataPolicyKey + `"`)
-
-// policy reads the job's own policy from its metadata. Most jobs have no
-// metadata, or none with the key, and cost a byte search at most.
+// policy reads the job's own policy, as its claim returned it. Most jobs
+// have none and cost a length test.
 func (j *Job) policy() jobPolicy {
-	if len(j.Metadata) == 0 || !bytes.Contains(j.Metadata, policyKeyJSON) {
+	if len(j.rawPolicy) == 0 {
 		return jobPolicy{}
 	}
-	var m struct {
-		P *jobPolicy `json:"fila"`
-	}
-	if err := json.Unmarshal(j.Metadata, &m); err != nil || m.P == nil {
+	var p jobPolicy
+	if err := json.Unmarshal(j.rawPolicy, &p); err != nil {
 		return jobPolicy{}
 	}
-	p := *m.P
 	p.TimeoutMs = max(p.TimeoutMs, 0)
 	return p
 }
 
-// withPolicy returns o's metadata with its Timeout and Retry under
-// MetadataPolicyKey, a new map when it adds them (the caller's is left as
-// it was).
-func withPolicy(o InsertOpts) (map[string]any, error) {
-	if _, taken := o.Metadata[MetadataPolicyKey]; taken {
-		return nil, fmt.Errorf("metadata key %q is Fila's own (InsertOpts.Timeout and Retry): use another", MetadataPolicyKey)
-	}
+// encodePolicy returns o's Timeout and Retry as the policy column holds
+// them, nil when o sets neither.
+func encodePolicy(o InsertOpts) (*string, error) {
 	if o.Timeout == 0 && o.Retry == nil {
-		return o.Metadata, nil
+		return nil, nil
 	}
 	var p jobPolicy
 	if o.Timeout < 0 {
@@ -109,8 +94,10 @@ func withPolicy(o InsertOpts) (map[string]any, error) {
 		}
 		p.RetryBaseMs, p.RetryMaxMs = max(o.Retry.Base.Milliseconds(), 1), max(o.Retry.Max.Milliseconds(), 1)
 	}
-	m := make(map[string]any, len(o.Metadata)+1)
-	maps.Copy(m, o.Metadata)
-	m[MetadataPolicyKey] = p
-	return m, nil
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return &s, nil
 }

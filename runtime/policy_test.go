@@ -118,18 +118,57 @@ func TestKindPolicyDefaultsAndOverrides(t *testing.T) {
 	require.Contains(t, r.lastErr, "timed out after 100ms", "the insert's timeout over the kind's")
 	require.True(t, between(r.backoff, time.Minute, 2*time.Minute), "the insert's retry policy over the kind's: %s", r.backoff)
 
-	// The job's own policy is in its metadata, where a plain SQL insert
-	// can write it too.
-	var md string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT metadata::text FROM fila_jobs WHERE id = $1::bigint`, over.ID).Scan(&md))
-	require.JSONEq(t, `{"fila": {"timeout_ms": 350, "retry_base_ms": 10000, "retry_max_ms": 10000}}`, md)
+	// The job's own policy is in its policy column, not its metadata, and
+	// a plain SQL insert can write it too.
+	var md *string
+	var policy string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT metadata::text, policy::text FROM fila_jobs WHERE id = $1::bigint`, over.ID).Scan(&md, &policy))
+	require.Nil(t, md, "no metadata of its own")
+	require.JSONEq(t, `{"timeout_ms": 350, "retry_base_ms": 10000, "retry_max_ms": 10000}`, policy)
+	got, err := runtime.GetJob(ctx, db.Pool, over.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, policy, string(got.Policy), "GetJob shows the policy")
+	require.Nil(t, got.Metadata)
+	got, err = runtime.GetJob(ctx, db.Pool, plainDef.ID)
+	require.NoError(t, err)
+	require.Nil(t, got.Policy, "a job without a policy of its own")
 	var bySQL int64
-	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, metadata) VALUES ('plain', '{"fila": {"timeout_ms": 120}}') RETURNING id`).Scan(&bySQL))
-	waitFor(t, 15*time.Second, "the plain SQL job's attempt failed", func() bool { _, a, le := jobState(t, db, bySQL); return a == 1 && le != "" })
-	require.Contains(t, read(bySQL).lastErr, "timed out after 120ms")
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, policy) VALUES ('plain', '{"timeout_ms": 120}') RETURNING id`).Scan(&bySQL))
+	// A job inserted the way versions before the policy column did (a
+	// worker or producer of such a version during a rolling upgrade, or a
+	// plain SQL insert written for one) keeps its policy.
+	var legacy int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, metadata) VALUES ('plain', '{"fila": {"timeout_ms": 130}}') RETURNING id`).Scan(&legacy))
 
-	_, err = c.Insert(ctx, plain{}, &runtime.InsertOpts{Metadata: map[string]any{"fila": 1}})
-	require.ErrorContains(t, err, `metadata key "fila" is Fila's own`)
+	// The metadata key "fila" is the user's now: kept as given, with the
+	// job's own policy beside it, and not taken for a policy when it is
+	// not shaped as one.
+	userKey, err := c.Insert(ctx, plain{}, &runtime.InsertOpts{Metadata: map[string]any{"fila": map[string]any{"team": "ops"}, "x": 1},
+		Timeout: 110 * time.Millisecond})
+	require.NoError(t, err)
+	userOnly, err := c.Insert(ctx, plain{}, &runtime.InsertOpts{Metadata: map[string]any{"fila": map[string]any{"team": "ops"}}})
+	require.NoError(t, err)
+	for _, id := range []int64{bySQL, legacy, userKey.ID, userOnly.ID} {
+		waitFor(t, 15*time.Second, "the attempt failed", func() bool { _, a, le := jobState(t, db, id); return a == 1 && le != "" })
+	}
+	require.Contains(t, read(bySQL).lastErr, "timed out after 120ms")
+	require.Contains(t, read(legacy).lastErr, "timed out after 130ms", "the policy an older version wrote into the metadata")
+	require.Contains(t, read(userKey.ID).lastErr, "timed out after 110ms")
+	require.Contains(t, read(userOnly.ID).lastErr, "timed out after 250ms", "the kind's timeout: the user's key is no policy")
+	got, err = runtime.GetJob(ctx, db.Pool, userKey.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"fila": {"team": "ops"}, "x": 1}`, string(got.Metadata))
+	require.JSONEq(t, `{"timeout_ms": 110}`, string(got.Policy))
+	got, err = runtime.GetJob(ctx, db.Pool, legacy)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"timeout_ms": 130}`, string(got.Policy), "GetJob shows the policy the worker reads")
+	listed, err := runtime.ListJobs(ctx, db.Pool, runtime.JobFilter{Metadata: map[string]any{"fila": map[string]any{"team": "ops"}}})
+	require.NoError(t, err)
+	require.Len(t, listed, 2, "the user's key filters like any other")
+	listed, err = runtime.ListJobs(ctx, db.Pool, runtime.JobFilter{Metadata: map[string]any{"fila": map[string]any{"timeout_ms": 350}}})
+	require.NoError(t, err)
+	require.Empty(t, listed, "the policy is not metadata")
+
 	_, err = c.Insert(ctx, plain{}, &runtime.InsertOpts{Retry: &runtime.RetryPolicy{Base: time.Minute, Max: time.Second}})
 	require.ErrorContains(t, err, "retry policy")
 	_, err = c.Insert(ctx, plain{}, &runtime.InsertOpts{Timeout: -time.Second})

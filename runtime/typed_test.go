@@ -187,14 +187,16 @@ func TestInsertArgsOverridesEveryField(t *testing.T) {
 	over.Queue = "other"
 	res, err := runtime.InsertArgs(ctx, db.Pool, sendWelcome{Email: "x@example.com"}, &over)
 	require.NoError(t, err)
-	var queue, key, metadata string
+	var queue, key, metadata, policy string
 	var prio, maxAttempts int
 	var states, tags []string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT queue, priority, max_attempts, unique_key, unique_states, tags, metadata::text
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT queue, priority, max_attempts, unique_key, unique_states, tags, metadata::text,
+		policy::text
 		FROM fila_jobs WHERE id = $1::bigint`, res.ID).
-		Scan(&queue, &prio, &maxAttempts, &key, &states, &tags, &metadata))
+		Scan(&queue, &prio, &maxAttempts, &key, &states, &tags, &metadata, &policy))
 	require.Equal(t, []string{"pending"}, tags)
-	require.JSONEq(t, `{"from": "insert", "fila": {"timeout_ms": 9000, "retry_base_ms": 9000, "retry_max_ms": 9000}}`, metadata)
+	require.JSONEq(t, `{"from": "insert"}`, metadata)
+	require.JSONEq(t, `{"timeout_ms": 9000, "retry_base_ms": 9000, "retry_max_ms": 9000}`, policy)
 	require.Equal(t, "other", queue)
 	require.Equal(t, 9, prio)
 	require.Equal(t, 9, maxAttempts)

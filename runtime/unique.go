@@ -16,9 +16,10 @@ import (
 const (
 	// insertJobSQL inserts one job, or nothing when it duplicates one; the
 	// duplicate's id is then looked up by lookupUniqueSQL.
-	insertJobSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, unique_states, tags, metadata)
+	insertJobSQL = `INSERT INTO fila_jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, unique_states, tags, metadata,
+                       policy)
 VALUES ($1::text, $2::text, $3::text::jsonb, $4::smallint, coalesce($5::timestamptz, now()), $6::int, $7::text, $8::text[],
-        string_to_array($9::text, E'\x1f'), $10::text::jsonb)
+        string_to_array($9::text, E'\x1f'), $10::text::jsonb, $11::text::jsonb)
 ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state = ANY (coalesce(unique_states, '{pending,running}'::text[]))
 DO NOTHING
 RETURNING id`
@@ -97,7 +98,7 @@ func insertOne(ctx context.Context, db DB, r insertRow) (Inserted, error) {
 	}
 	if r.uniqueKey == nil {
 		var id int64
-		err := db.QueryRow(ctx, insertSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts, r.tagList(), r.metadata, r.state()).Scan(&id)
+		err := db.QueryRow(ctx, insertSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts, r.tagList(), r.metadata, r.state(), r.policy).Scan(&id)
 		return Inserted{ID: id}, err
 	}
 	// The duplicate may have been committed by another transaction after
@@ -106,7 +107,7 @@ func insertOne(ctx context.Context, db DB, r insertRow) (Inserted, error) {
 	for range 3 {
 		var res Inserted
 		err := db.QueryRow(ctx, insertJobSQL, r.queue, r.kind, r.payload, r.priority, r.runAt, r.maxAttempts,
-			r.uniqueKey, r.uniqueStates, r.tags, r.metadata).Scan(&res.ID)
+			r.uniqueKey, r.uniqueStates, r.tags, r.metadata, r.policy).Scan(&res.ID)
 		if err == nil {
 			return res, nil
 		}

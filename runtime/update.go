@@ -25,8 +25,8 @@ type JobUpdate struct {
 	// Tags replace the job's tags; an empty list removes them.
 	Tags *[]string
 	// Metadata replaces the job's metadata; nil or empty removes it. The
-	// job's own policy (InsertOpts.Timeout and Retry, under
-	// MetadataPolicyKey) stays as it was.
+	// job's own policy (InsertOpts.Timeout and Retry) is not metadata and
+	// stays as it was.
 	Metadata *map[string]any
 	// MaxAttempts: 1 to 1000, and above the attempts the job has made if
 	// it is pending.
@@ -38,17 +38,16 @@ type JobUpdate struct {
 // row lock, then finds the row running). The trigger on run_at wakes the
 // queue when a pending job becomes due (fila_notify_update). The outer
 // SELECT reads the state from before the update, to say why nothing
-// changed.
+// changed. Replacing the metadata of a job that an older version inserted
+// moves the policy it wrote there into the policy column (see
+// fila_job_policy in migrations/schema.sql), so the job keeps it.
 const updateJobSQL = `WITH u AS (
     UPDATE fila_jobs j SET
         priority = coalesce($2::smallint, j.priority),
         run_at = CASE WHEN $3::boolean THEN coalesce($4::timestamptz, now()) ELSE j.run_at END,
         tags = CASE WHEN $5::boolean THEN string_to_array($6::text, E'\x1f') ELSE j.tags END,
-        metadata = CASE WHEN $7::boolean THEN nullif(coalesce($8::text::jsonb, '{}')
-                        || CASE WHEN j.metadata ? '` + MetadataPolicyKey + `'
-                                THEN jsonb_build_object('` + MetadataPolicyKey + `', j.metadata -> '` + MetadataPolicyKey + `')
-                                ELSE '{}' END, '{}')
-                   ELSE j.metadata END,
+        metadata = CASE WHEN $7::boolean THEN nullif(coalesce($8::text::jsonb, '{}'), '{}') ELSE j.metadata END,
+        policy = CASE WHEN $7::boolean THEN fila_job_policy(j.policy, j.metadata) ELSE j.policy END,
         max_attempts = coalesce($9::int, j.max_attempts)
     WHERE j.id = $1::bigint AND j.state <> 'running'
     RETURNING j.id

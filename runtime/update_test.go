@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 func ptr[T any](v T) *T { return &v }
 
 // TestUpdateJobChangesEachField: every field of a pending job changes, the
-// job's own policy in its metadata stays, bad values are refused as an
-// insert refuses them, and a running job is refused.
+// job's own policy stays, bad values are refused as an insert refuses
+// them, and a running job is refused.
 func TestUpdateJobChangesEachField(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
@@ -40,8 +41,14 @@ func TestUpdateJobChangesEachField(t *testing.T) {
 	require.Equal(t, 9, j.MaxAttempts)
 	var md map[string]any
 	require.NoError(t, json.Unmarshal(j.Metadata, &md))
-	require.Equal(t, "zeta", md["tenant"])
-	require.Contains(t, md, runtime.MetadataPolicyKey, "the job's own timeout stays")
+	require.Equal(t, map[string]any{"tenant": "zeta"}, md, "the metadata given, nothing else")
+	require.JSONEq(t, `{"timeout_ms": 3000}`, string(j.Policy), "the job's own timeout stays")
+
+	// The key "fila" is the user's like any other.
+	j, err = runtime.UpdateJob(ctx, db.Pool, id, runtime.JobUpdate{Metadata: &map[string]any{"fila": 1}})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"fila": 1}`, string(j.Metadata))
+	require.JSONEq(t, `{"timeout_ms": 3000}`, string(j.Policy))
 
 	// Only what is given changes.
 	j, err = runtime.UpdateJob(ctx, db.Pool, id, runtime.JobUpdate{Priority: ptr[int16](2)})
@@ -60,7 +67,7 @@ func TestUpdateJobChangesEachField(t *testing.T) {
 	}{
 		{runtime.JobUpdate{MaxAttempts: ptr(0)}, "max attempts 0 out of range"},
 		{runtime.JobUpdate{Tags: &[]string{""}}, "tag \"\""},
-		{runtime.JobUpdate{Metadata: &map[string]any{runtime.MetadataPolicyKey: 1}}, "is Fila's own"},
+		{runtime.JobUpdate{Metadata: &map[string]any{"big": strings.Repeat("x", runtime.MetadataMaxBytes)}}, "at most"},
 	} {
 		_, err := runtime.UpdateJob(ctx, db.Pool, id, bad.u)
 		require.ErrorContains(t, err, bad.want)
@@ -103,4 +110,23 @@ func TestUpdatedToRunNowIsPickedUp(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the job updated to run now did not run within 10 s (the safety poll is 10 minutes)")
 	}
+}
+
+// TestUpdateJobMovesAnOlderVersionsPolicy: a job inserted by a version
+// before the policy column carries its policy in its metadata; replacing
+// that metadata moves the policy to the column rather than dropping it.
+func TestUpdateJobMovesAnOlderVersionsPolicy(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO fila_jobs (kind, metadata, run_at)
+		VALUES ('mail', '{"fila": {"timeout_ms": 130}, "a": 1}', now() + interval '1 hour') RETURNING id`).Scan(&id))
+	j, err := runtime.UpdateJob(ctx, db.Pool, id, runtime.JobUpdate{Metadata: &map[string]any{"b": 2}})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"b": 2}`, string(j.Metadata))
+	require.JSONEq(t, `{"timeout_ms": 130}`, string(j.Policy))
+	var policy string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT policy::text FROM fila_jobs WHERE id = $1::bigint`, id).Scan(&policy))
+	require.JSONEq(t, `{"timeout_ms": 130}`, policy, "in the column")
 }
