@@ -461,6 +461,10 @@ func printJob(w io.Writer, j *runtime.JobPreview) {
 	if j.Metadata != nil {
 		field("metadata", termLine(singleLine(string(j.Metadata), 400)))
 	}
+	if j.Policy != nil {
+		// The job's own timeout and retry (InsertOpts), beside the kind's.
+		field("policy", termLine(singleLine(string(j.Policy), 400)))
+	}
 	if j.Output != nil {
 		field("output", termLine(singleLine(string(j.Output), 400)))
 	}

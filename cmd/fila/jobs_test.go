@@ -309,7 +309,8 @@ func TestJobsRetryReportsHeldUniqueKeys(t *testing.T) {
 }
 
 // Tags and metadata given to fila enqueue find the job (jobs list --tag,
-// --meta) and are shown by jobs show, with a handler's output.
+// --meta) and are shown by jobs show, with a handler's output and the
+// job's own policy.
 func TestTagsMetadataAndOutputOnTheCommandLine(t *testing.T) {
 	t.Parallel()
 	db := migrated(t)
@@ -321,7 +322,9 @@ func TestTagsMetadataAndOutputOnTheCommandLine(t *testing.T) {
 	}
 	tagged := enqueue("--tag", "billing", "--tag", "eu", "--meta", "tenant=acme")
 	enqueue("--tag", "other")
-	_, err := db.Pool.Exec(ctx, `UPDATE fila_jobs SET state = 'completed', finished_at = now(), output = '{"rows": 3}' WHERE id = $1::bigint`, tagged)
+	// A policy of its own (InsertOpts.Timeout), shown apart from the metadata.
+	_, err := db.Pool.Exec(ctx, `UPDATE fila_jobs SET state = 'completed', finished_at = now(), output = '{"rows": 3}',
+		policy = '{"timeout_ms": 1500}' WHERE id = $1::bigint`, tagged)
 	require.NoError(t, err)
 
 	out, errOut, code := fila(t, db, "jobs", "list", "--tag", "billing", "--json")
@@ -340,7 +343,8 @@ func TestTagsMetadataAndOutputOnTheCommandLine(t *testing.T) {
 	out, errOut, code = fila(t, db, "jobs", "show", tagged)
 	require.Zero(t, code, errOut)
 	require.Regexp(t, `tags\s+billing, eu`, out)
-	require.Regexp(t, `metadata\s+\{"tenant": "acme"\}`, out)
+	require.Regexp(t, `metadata\s+\{"tenant": "acme"\}\n`, out)
+	require.Regexp(t, `policy\s+\{"timeout_ms": 1500\}`, out)
 	require.Regexp(t, `output\s+\{"rows": 3\}`, out)
 	_, errOut, code = fila(t, db, "enqueue", "--kind", "k", "--allow-unknown-kind", "--meta", "novalue")
 	require.NotZero(t, code)

@@ -189,8 +189,9 @@ type jobDetail struct {
 	// Waited is from when the job was due to its last attempt's start;
 	// Ran, that attempt's run time. Nil when unknown.
 	Waited, Ran *time.Duration
-	// Metadata and Output are the job's, indented; "" for none.
-	Metadata, Output string
+	// Metadata, Policy (its own timeout and retry) and Output are the
+	// job's, indented; "" for none.
+	Metadata, Policy, Output string
 	// Flow is the job's place in its flows; nil when it has none.
 	Flow       *runtime.JobFlow
 	CanRetry   bool
@@ -230,12 +231,12 @@ func (s *server) jobPage(w http.ResponseWriter, r *http.Request) {
 	if flow.Any {
 		d.Flow = &flow
 	}
-	// Both are bounded (runtime.MetadataMaxBytes, runtime.OutputMax): the
-	// page shows them whole.
+	// They are bounded (runtime.MetadataMaxBytes, runtime.OutputMax, a
+	// policy's few keys): the page shows them whole.
 	for _, f := range []struct {
 		raw []byte
 		to  *string
-	}{{job.Metadata, &d.Metadata}, {job.Output, &d.Output}} {
+	}{{job.Metadata, &d.Metadata}, {job.Policy, &d.Policy}, {job.Output, &d.Output}} {
 		if f.raw != nil {
 			*f.to = jsonpreview.Indent(f.raw, true, "", "  ", jsonpreview.Limits{MaxBytes: 1 << 20, MaxDepth: 64}).Text
 		}

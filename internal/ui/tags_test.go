@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -13,12 +14,12 @@ import (
 )
 
 // The jobs page finds jobs by tag and by metadata (through their indexes);
-// a job's page shows its tags, its metadata and its output.
+// a job's page shows its tags, its metadata, its own policy and its output.
 func TestJobsByTagAndMetadataWithTheirOutput(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
-	billing, err := runtime.Insert(ctx, db.Pool, "charge", nil, &runtime.InsertOpts{Tags: []string{"billing", "eu"},
+	billing, err := runtime.Insert(ctx, db.Pool, "charge", nil, &runtime.InsertOpts{Tags: []string{"billing", "eu"}, Timeout: 1500 * time.Millisecond,
 		Metadata: map[string]any{"tenant": "acme"}})
 	require.NoError(t, err)
 	other, err := runtime.Insert(ctx, db.Pool, "charge", nil, &runtime.InsertOpts{Tags: []string{"other"},
@@ -50,7 +51,10 @@ func TestJobsByTagAndMetadataWithTheirOutput(t *testing.T) {
 	require.Contains(t, body, `<a href="/jobs?tag=billing">billing</a>, <a href="/jobs?tag=eu">eu</a>`)
 	require.Contains(t, body, "<pre class=\"payload\" id=\"metadata\">{\n  &#34;tenant&#34;: &#34;acme&#34;\n}</pre>")
 	require.Contains(t, body, "<pre class=\"payload\" id=\"output\">{\n  &#34;rows&#34;: 42\n}</pre>")
+	// The job's own timeout is its policy, not its metadata.
+	require.Contains(t, body, "<pre class=\"payload\" id=\"policy\">{\n  &#34;timeout_ms&#34;: 1500\n}</pre>")
 	code, body = get(t, c, srv.URL+fmt.Sprintf("/jobs/%d", other))
 	require.Equal(t, http.StatusOK, code)
 	require.NotContains(t, body, `id="output"`, "no output, no section")
+	require.NotContains(t, body, `id="policy"`, "no policy of its own, no section")
 }
