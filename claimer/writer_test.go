@@ -12,6 +12,7 @@ import (
 
 	"github.com/fila-run/fila/claimer"
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/internal/testwait"
 )
 
 // recorder collects what a writer reports.
@@ -54,13 +55,7 @@ func (r *recorder) state(k claimer.AttemptKey) (string, bool) {
 
 func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, within, what, cond)
 }
 
 func claimN(t *testing.T, s *claimer.Store, db *testdb.DB, n int) []*claimer.Job {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fila-run/fila/internal/pgcluster"
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/internal/testwait"
 	"github.com/fila-run/fila/migrations"
 )
 
@@ -98,13 +99,7 @@ func drain(ch <-chan struct{}) {
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, timeout, what, cond)
 }
 
 func exec(t *testing.T, db *testdb.DB, sql string, args ...any) {

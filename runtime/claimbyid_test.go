@@ -66,6 +66,9 @@ func TestNotifiedJobClaimedByID(t *testing.T) {
 		if n != 1 {
 			return false
 		}
+		// Done claiming leaves no trace (the claim that follows falling
+		// asleep and one a finished job may start look alike from here):
+		// no wake for a while is the only sign.
 		before := wakes()
 		time.Sleep(150 * time.Millisecond)
 		return wakes() == before

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fila-run/fila/internal/testwait"
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -106,20 +107,16 @@ func TestQuietNotifyLosesNoWakeUp(t *testing.T) {
 		total += 8*perProducer + 1
 		// Nothing is inserted now: a job whose wake-up was lost stays
 		// pending until the safety poll, ten minutes away.
-		deadline := time.Now().Add(10 * time.Second)
-		for countState(t, db, "completed") < total {
-			if time.Now().After(deadline) {
-				var pending []int64
-				rows, err := db.Pool.Query(ctx, `SELECT id FROM fila_jobs WHERE state <> 'completed' ORDER BY id`)
-				require.NoError(t, err)
-				for rows.Next() {
-					var id int64
-					require.NoError(t, rows.Scan(&id))
-					pending = append(pending, id)
-				}
-				t.Fatalf("round %d: jobs %v not picked up within 10s of the last insert: a lost wake-up", round, pending)
+		if !testwait.For(10*time.Second, func() bool { return countState(t, db, "completed") >= total }) {
+			var pending []int64
+			rows, err := db.Pool.Query(ctx, `SELECT id FROM fila_jobs WHERE state <> 'completed' ORDER BY id`)
+			require.NoError(t, err)
+			for rows.Next() {
+				var id int64
+				require.NoError(t, rows.Scan(&id))
+				pending = append(pending, id)
 			}
-			time.Sleep(10 * time.Millisecond)
+			t.Fatalf("round %d: jobs %v not picked up within 10s of the last insert: a lost wake-up", round, pending)
 		}
 	}
 	close(stopSampling)

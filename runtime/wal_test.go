@@ -73,6 +73,8 @@ func TestWALWakeRechecksAnEmptyClaim(t *testing.T) {
 	// The stream wakes every queue when it connects, and that wake's empty
 	// claim is rechecked too: start counting once the worker is quiet.
 	all := func() int { return wakes(runtime.WakeWAL) + wakes(runtime.WakePoll) + wakes(runtime.WakeTimer) }
+	// Quiet is the absence of wakes, which no event announces: no wake
+	// for three times the longest recheck delay (100 ms).
 	waitFor(t, 10*time.Second, "the worker quiet after its start", func() bool {
 		before := all()
 		time.Sleep(300 * time.Millisecond)
@@ -83,6 +85,9 @@ func TestWALWakeRechecksAnEmptyClaim(t *testing.T) {
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "the WAL wake for the insert", func() bool { return wakes(runtime.WakeWAL) > wals })
 	waitFor(t, 5*time.Second, "two rechecks after the empty claim", func() bool { return wakes(runtime.WakePoll) >= polls+2 })
+	// A third recheck would come on a timer the second armed, and nothing
+	// shows a timer not armed: only waiting past the longest delay can.
+	// A marker job would not do: the claim that found it stops the timer.
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, polls+2, wakes(runtime.WakePoll), "the rechecks went on")
 	require.Equal(t, 1, countState(t, db, "pending"))

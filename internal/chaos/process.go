@@ -123,7 +123,8 @@ func (e *Env) waitListening(ctx context.Context, db *database, n int) error {
 
 // jobStates returns each job's state and attempts.
 func jobStates(ctx context.Context, db *database) (map[int64]jobRow, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, kind, state, attempts, coalesce(last_error, ''), lease_until > now() FROM fila_jobs`)
+	rows, err := db.pool.Query(ctx, `SELECT id, kind, state, attempts, coalesce(last_error, ''), lease_until > now(),
+		run_at, lease_until, greatest(started_at, heartbeat_at) FROM fila_jobs`)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +134,7 @@ func jobStates(ctx context.Context, db *database) (map[int64]jobRow, error) {
 		var id int64
 		var r jobRow
 		var live *bool
-		if err := rows.Scan(&id, &r.kind, &r.state, &r.attempts, &r.lastError, &live); err != nil {
+		if err := rows.Scan(&id, &r.kind, &r.state, &r.attempts, &r.lastError, &live, &r.runAt, &r.leaseUntil, &r.renewed); err != nil {
 			return nil, err
 		}
 		r.liveLease = live != nil && *live
@@ -148,6 +149,13 @@ type jobRow struct {
 	attempts  int
 	lastError string
 	liveLease bool
+	// On the database clock: when the job is due (a rescue sets it to the
+	// rescue's time), when its lease ends (nil when it holds none), and when
+	// its running attempt's lease was last set (its claim or its latest
+	// heartbeat; nil if it never ran).
+	runAt      time.Time
+	leaseUntil *time.Time
+	renewed    *time.Time
 }
 
 // scenarioDir is a temporary directory for run files and worker logs.

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/fila-run/fila/internal/testwait"
 )
 
 // guardEnv makes the test binary the guard: these tests start it as the
@@ -65,16 +67,19 @@ func runWorker(command string) {
 	}
 	p := newTestPool(nil, os.Stdout)
 	go func() {
-		for {
+		// The pool keeps an idle process once it has started one; the test
+		// waits for this file, with its own deadline.
+		var pid int
+		if testwait.For(time.Hour, func() bool {
 			p.mu.Lock()
-			if len(p.idle) > 0 {
-				pid := p.idle[0].cmd.Process.Pid
-				p.mu.Unlock()
-				_ = os.WriteFile(filepath.Join(os.Getenv("DIR"), "idle"), []byte(strconv.Itoa(pid)), 0o644)
-				return
+			defer p.mu.Unlock()
+			if len(p.idle) == 0 {
+				return false
 			}
-			p.mu.Unlock()
-			time.Sleep(10 * time.Millisecond)
+			pid = p.idle[0].cmd.Process.Pid
+			return true
+		}) {
+			_ = os.WriteFile(filepath.Join(os.Getenv("DIR"), "idle"), []byte(strconv.Itoa(pid)), 0o644)
 		}
 	}()
 	end, err := p.Run(context.Background(), Attempt{Command: command, Stderr: os.Stderr,
@@ -226,13 +231,7 @@ func alive(pids []int) []int {
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, limit, what, cond)
 }
 
 func TestCommandExitEndsAttemptAndKillsWhatItLeft(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/internal/testwait"
 	"github.com/fila-run/fila/migrations"
 	"github.com/fila-run/fila/runtime"
 )
@@ -52,11 +53,5 @@ func Start(t testing.TB, cfg runtime.Config) *runtime.Runtime {
 // within the given time.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, within, what, cond)
 }
