@@ -588,9 +588,12 @@ func TestExec(t *testing.T) {
 	require.Positive(t, x.FilaSec)
 	require.Positive(t, x.XargsSec)
 	require.InDelta(t, 200/x.FilaSec, x.FilaPerSec, 1e-6)
-	// Every attempt runs sh, whose CPU the guards collect; the worker and
-	// its guards do work of their own for each.
-	require.Positive(t, x.FilaCommandCPUUs)
+	// The worker and its guards do work of their own for each attempt. The
+	// commands' CPU is what the guards collect from their children, which
+	// /proc gives each guard in whole 10 ms ticks: 200 runs of sh -c true
+	// spread over the guards can round to none, so it is only never
+	// negative here (the exec scenario's 1 000-job rounds show it).
+	require.GreaterOrEqual(t, x.FilaCommandCPUUs, 0.0)
 	require.Positive(t, x.FilaOverheadCPUUs)
 	require.Positive(t, x.XargsCPUUs)
 	var text bytes.Buffer
