@@ -236,38 +236,51 @@ func (p *Pool) Run(ctx context.Context, a Attempt) (End, error) {
 	if err != nil {
 		return End{}, err
 	}
-	stdin, stdinW, err := os.Pipe()
+	// The command's ends of its stdin and stderr are bare descriptors,
+	// only passed on and closed: making each an *os.File in the runtime's
+	// poller cost this process more than the rest of the attempt.
+	stdin, stdinW, err := pipe()
 	if err != nil {
 		p.put(g)
 		return End{}, fmt.Errorf("exec guard: stdin: %w", err)
 	}
-	stderrR, stderr, err := os.Pipe()
+	stderrFd, stderr, err := pipe()
 	if err != nil {
-		stdin.Close()
-		stdinW.Close()
+		closeAll([]int{stdin, stdinW})
+		p.put(g)
+		return End{}, fmt.Errorf("exec guard: stderr: %w", err)
+	}
+	stderrR, err := pollable(stderrFd, "exec stderr")
+	if err != nil {
+		closeAll([]int{stdin, stdinW, stderr})
 		p.put(g)
 		return End{}, fmt.Errorf("exec guard: stderr: %w", err)
 	}
 	var wg sync.WaitGroup
+	var stdinFile *os.File // only for a payload written while the command runs
 	if len(a.Stdin) <= pipeAtomic {
 		// Fits the pipe's buffer, which is empty: written at once.
-		_, _ = stdinW.Write(a.Stdin)
-		stdinW.Close()
+		_ = writeAll(stdinW, a.Stdin)
+		unix.Close(stdinW)
+	} else if stdinFile, err = pollable(stdinW, "exec stdin"); err != nil {
+		closeAll([]int{stdin, stderr})
+		stderrR.Close()
+		p.put(g)
+		return End{}, fmt.Errorf("exec guard: stdin: %w", err)
 	} else {
 		wg.Go(func() {
 			// Ends once the command read it all, or the attempt ended.
-			_, _ = stdinW.Write(a.Stdin)
-			stdinW.Close()
+			_, _ = stdinFile.Write(a.Stdin)
+			stdinFile.Close()
 		})
 	}
-	// Fd puts the command's ends in blocking mode, as a program expects
-	// its standard input and error to be.
-	rights := unix.UnixRights(int(stdin.Fd()), int(stderr.Fd()))
+	rights := unix.UnixRights(stdin, stderr)
 	_, _, err = g.conn.WriteMsgUnix(append([]byte(msgJob+" "), line...), rights, nil)
-	stdin.Close()
-	stderr.Close()
+	closeAll([]int{stdin, stderr})
 	if err != nil {
-		stdinW.SetWriteDeadline(time.Now())
+		if stdinFile != nil {
+			stdinFile.SetWriteDeadline(time.Now())
+		}
 		wg.Wait()
 		stderrR.Close()
 		g.release()
@@ -276,7 +289,7 @@ func (p *Pool) Run(ctx context.Context, a Attempt) (End, error) {
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		_, _ = io.Copy(orDiscard(a.Stderr), stderrR)
+		copyStderr(orDiscard(a.Stderr), stderrR)
 	}()
 
 	stop := make(chan struct{})
@@ -312,7 +325,9 @@ func (p *Pool) Run(ctx context.Context, a Attempt) (End, error) {
 	// The attempt is over: no more of its input is needed, and its tree is
 	// gone, so its stderr ends at once but for a process the guard could
 	// not kill.
-	_ = stdinW.SetWriteDeadline(time.Now())
+	if stdinFile != nil {
+		_ = stdinFile.SetWriteDeadline(time.Now())
+	}
 	_ = stderrR.SetReadDeadline(time.Now().Add(time.Second))
 	wg.Wait()
 	<-copied
@@ -334,6 +349,61 @@ func (p *Pool) Run(ctx context.Context, a Attempt) (End, error) {
 
 // pipeAtomic is the most a pipe takes at once whatever its size (PIPE_BUF).
 const pipeAtomic = 4096
+
+// pipe returns a pipe's read and write ends, blocking and close-on-exec:
+// only a guard, through the control socket, gets them.
+func pipe() (r, w int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, -1, err
+	}
+	return p[0], p[1], nil
+}
+
+// pollable makes fd, one end of a pipe this process keeps, an *os.File
+// in the runtime's poller, so that reads and writes can have deadlines.
+// Only this end becomes non-blocking: the command's end is its own.
+func pollable(fd int, name string) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// writeAll writes b to a blocking descriptor.
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// stderrBufs are copyStderr's buffers. io.Copy from an *os.File made a
+// 32 KiB buffer per attempt, most of this process's garbage.
+var stderrBufs = sync.Pool{New: func() any { return new([4096]byte) }}
+
+// copyStderr copies a command's stderr to w until it ends.
+func copyStderr(w io.Writer, r *os.File) {
+	buf := stderrBufs.Get().(*[4096]byte)
+	defer stderrBufs.Put(buf)
+	for {
+		n, err := r.Read(buf[:])
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 func orDiscard(w io.Writer) io.Writer {
 	if w == nil {
