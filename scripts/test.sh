@@ -16,13 +16,15 @@
 #      over, the peers' pass at the end.
 #   4. go test -race ./... straight to PostgreSQL, but for cmd/fila: its
 #      tests run the fila binary in processes of their own, where the race
-#      detector does not reach, so they run once, in the next pass.
-#   5. go test again with FILA_TEST_PGBOUNCER_URL set, so every test's
+#      detector does not reach, so they run once, in the next pass; and but
+#      for internal/chaos, which runs alone (6).
+#   5. beside 4: go test again with FILA_TEST_PGBOUNCER_URL set, so every test's
 #      main DSN goes through PgBouncer in transaction mode (listeners still use
 #      the direct DSN), over the packages whose statements go through that
 #      DSN (see not_through_pooler below). Without -race: this pass is about
 #      the pooler, and the race detector has already run over the same code.
-#   6. internal/chaos through PgBouncer, alone: its fault scenarios run
+#   6. internal/chaos, alone, with -race straight to PostgreSQL, then
+#      through PgBouncer without it: its fault scenarios run
 #      `fila work` processes on leases of two or three seconds, and beside
 #      cmd/fila's tests (which start processes and clusters of their own)
 #      the machine's load reached 30 on two cores: commands started seconds
@@ -171,14 +173,22 @@ longest_first() {
 	printf '%s\n' "$all"
 }
 
-# Every package but cmd/fila (see pass 4 above).
-race_pkgs=$(go list ./... | grep -v '/cmd/fila$' | longest_first)
-pass "go test -race (direct to PostgreSQL)" \
-	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 12m -skip '^TestHA$' $race_pkgs
 # The packages whose statements go through the main DSN (see pass 5 above).
+# Their pass runs beside the race detector's: most of either is spent
+# waiting on PostgreSQL, leases and processes rather than on the CPU, and one
+# after the other they took 540 of the suite's 680 s. internal/chaos, whose
+# fault scenarios must not share the machine with cmd/fila's processes
+# (see pass 6 above), is in neither: it runs alone after them, once per DSN.
 bouncer_pkgs=$(go list ./... | grep -v -E "$not_through_pooler" | longest_first)
-pass "go test (main DSNs through PgBouncer)" \
-	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m $bouncer_pkgs
+bg_pass "go test (main DSNs through PgBouncer), beside the race detector's pass" \
+	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 12m $bouncer_pkgs
+# Every package but cmd/fila (see pass 4 above) and internal/chaos.
+race_pkgs=$(go list ./... | grep -v -E '/(cmd/fila|internal/chaos)$' | longest_first)
+pass "go test -race (direct to PostgreSQL)" \
+	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 12m $race_pkgs
+collect_bg "go test (main DSNs through PgBouncer), beside the race detector's pass"
+pass "internal/chaos with -race, direct to PostgreSQL, alone" \
+	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 10m -skip '^TestHA$' ./internal/chaos
 pass "internal/chaos through PgBouncer, alone" \
 	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 10m ./internal/chaos
 collect_bg
