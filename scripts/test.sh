@@ -92,16 +92,18 @@ bg_dir=$(mktemp -d)
 trap 'rm -rf "$bg_dir"' EXIT
 bg_names=()
 bg_pids=()
+bg_next=0 # never reused: collect_bg unsets the entries it collected
 bg_pass() {
-	local i=${#bg_names[@]}
-	bg_names+=("$1")
+	local i=$bg_next
+	bg_next=$((bg_next + 1))
+	bg_names[$i]=$1
 	(
 		failed=()
 		renice -n 10 -p $BASHPID >/dev/null
 		pass "$@"
 		[ "${#failed[@]}" -eq 0 ]
 	) >"$bg_dir/$i.log" 2>&1 &
-	bg_pids+=($!)
+	bg_pids[$i]=$!
 }
 collect_bg() {
 	local i name
