@@ -24,6 +24,7 @@ import (
 
 	"github.com/fila-run/fila/internal/readme"
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/internal/testwait"
 	"github.com/fila-run/fila/migrations"
 )
 
@@ -285,14 +286,9 @@ func runShell(t *testing.T, ctx context.Context, ex readme.Example, code, dir st
 	pgid := cmd.Process.Pid
 	stop := func() {
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		deadline := time.Now().Add(30 * time.Second)
-		for syscall.Kill(-pgid, 0) == nil {
-			if time.Now().After(deadline) {
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				t.Errorf("processes of the example still running 30 s after SIGTERM:\n%s", out.String())
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
+		if !testwait.For(30*time.Second, func() bool { return syscall.Kill(-pgid, 0) != nil }) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			t.Errorf("processes of the example still running 30 s after SIGTERM:\n%s", out.String())
 		}
 	}
 	t.Cleanup(func() {

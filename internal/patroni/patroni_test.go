@@ -20,6 +20,7 @@ import (
 
 	"github.com/fila-run/fila/internal/patroni"
 	"github.com/fila-run/fila/internal/testdb"
+	"github.com/fila-run/fila/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -242,16 +243,15 @@ func TestDeathCleansUp(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 	killed = true
-	deadline := time.Now().Add(within)
-	for {
+	var removed bool
+	var left []int
+	if !testwait.For(within, func() bool {
 		_, statErr := os.Stat(dir)
-		left := processesNaming(dir)
-		if os.IsNotExist(statErr) && len(left) == 0 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "%s after the kill (the cluster took %s to start): dir removed %v, processes left %v",
-			within.Round(time.Second), took.Round(time.Millisecond), os.IsNotExist(statErr), left)
-		time.Sleep(50 * time.Millisecond) // polling a condition, bounded by the deadline
+		removed, left = os.IsNotExist(statErr), processesNaming(dir)
+		return removed && len(left) == 0
+	}) {
+		t.Fatalf("%s after the kill (the cluster took %s to start): dir removed %v, processes left %v",
+			within.Round(time.Second), took.Round(time.Millisecond), removed, left)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/internal/testrt"
+	"github.com/fila-run/fila/internal/testwait"
 	"github.com/fila-run/fila/internal/ui"
 	"github.com/fila-run/fila/runtime"
 )
@@ -77,37 +78,32 @@ func within(t *testing.T, ctx context.Context, d time.Duration, steps ...chromed
 // page is between two loads (the overview refreshes itself).
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var s string
+	var err error
+	if !testwait.For(30*time.Second, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		s, err := chromedp.Run(cctx, chromedp.Text(chromedp.CSS(sel)))
-		cancel()
-		if err == nil {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		defer cancel()
+		s, err = chromedp.Run(cctx, chromedp.Text(chromedp.CSS(sel)))
+		return err == nil
+	}) {
+		t.Fatalf("text of %s: %v", sel, err)
 	}
+	return s
 }
 
 // waitForText polls the text of the page's element sel until it is want:
 // the page may be loading, or about to refresh itself.
 func waitForText(t *testing.T, ctx context.Context, d time.Duration, sel, want string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	var got string
+	var err error
+	if !testwait.For(d, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		got, err := chromedp.Run(cctx, chromedp.Text(chromedp.CSS(sel)))
-		cancel()
-		if err == nil && got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page does not show %q in %s within %s (last seen %q, %v)", want, sel, d, got, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		defer cancel()
+		got, err = chromedp.Run(cctx, chromedp.Text(chromedp.CSS(sel)))
+		return err == nil && got == want
+	}) {
+		t.Fatalf("the page does not show %q in %s within %s (last seen %q, %v)", want, sel, d, got, err)
 	}
 }
 
