@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test.sh is the test command: what the README tells you to run and what CI
 # runs (.ci/run). It needs a Debian-like machine where scripts/setup.sh can
-# work (root, or sudo), and takes about twelve minutes on two cores, as
-# busy as the machine is.
+# work (root, or sudo), and takes about ten and a half minutes on two quiet
+# cores, longer as busy as the machine is.
 #
 # Passes, each under its own header:
 #   1. scripts/setup.sh: PostgreSQL with wal_level=logical on 127.0.0.1:5432,
