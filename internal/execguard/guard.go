@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,11 +46,11 @@ func Main() int {
 // guard is the state of Main.
 type guard struct {
 	self  int
-	env   []string // the guard's own environment, which is the worker's
-	sh    string   // the path of sh
-	termR int      // readable once the guard is told to stop (see watchTerm)
-	term  syscall.Signal
-	buf   []byte // of the worker's messages
+	env   []string     // the guard's own environment, which is the worker's
+	sh    string       // the path of sh
+	termR int          // readable once the guard is told to stop (see watchTerm)
+	term  atomic.Int32 // the signal that told it, once termR is readable
+	buf   []byte       // of the worker's messages
 	oob   []byte
 
 	// Of the attempt running now.
@@ -123,9 +124,10 @@ func (g *guard) run() int {
 }
 
 // watchTerm returns a pipe's read end that becomes readable once the
-// guard gets SIGTERM, SIGINT or SIGHUP, the signal then in *sig. Only the
-// signal's arrival crosses threads.
-func watchTerm(sig *syscall.Signal) (int, error) {
+// guard gets SIGTERM, SIGINT or SIGHUP, the signal stored in sig first
+// (atomically: the pipe is no synchronization the memory model knows of).
+// Only the signal's arrival crosses threads.
+func watchTerm(sig *atomic.Int32) (int, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return -1, fmt.Errorf("stop pipe: %w", err)
@@ -134,8 +136,8 @@ func watchTerm(sig *syscall.Signal) (int, error) {
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	go func() {
 		s := <-term
-		*sig = s.(syscall.Signal)
-		_, _ = unix.Write(p[1], []byte{1}) // publishes *sig to the reader
+		sig.Store(int32(s.(syscall.Signal)))
+		_, _ = unix.Write(p[1], []byte{1})
 	}()
 	return p[0], nil
 }
@@ -304,7 +306,7 @@ func (g *guard) attempt(m msg) (end *End, last bool) {
 		switch {
 		case ev.term:
 			g.killTree()
-			return &End{How: Terminated, Code: int(g.term)}, true
+			return &End{How: Terminated, Code: int(g.term.Load())}, true
 		case ev.exited:
 			if g.reap(); g.shDone {
 				// The command's exit ends the attempt, whatever its children
