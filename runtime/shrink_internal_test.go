@@ -15,7 +15,10 @@ import (
 // A claim that runs out of time is sent again with half as many jobs, down
 // to what the database can do in time, instead of the same claim timing out
 // for ever; the worker's row says so, and the backlog drains. Here each
-// claimed row costs 10 ms (a trigger sleeps), and a claim has 300 ms.
+// claimed row costs 30 ms (a trigger sleeps), and a claim has 1 s: a claim
+// of 100 rows takes 3 s, of 50 still 1.5, and one of 25 fits with room for
+// a loaded machine's delays (300 ms for 10-ms rows did not: under four busy
+// loops, claims of a single row ran out of time).
 func TestClaimThatRunsOutOfTimeShrinks(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -24,7 +27,7 @@ func TestClaimThatRunsOutOfTimeShrinks(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `
 		CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_sleep(0.01); RETURN NEW; END $$;
+		BEGIN PERFORM pg_sleep(0.03); RETURN NEW; END $$;
 		CREATE TRIGGER slow_claim BEFORE UPDATE ON fila_jobs FOR EACH ROW
 		WHEN (OLD.state = 'pending' AND NEW.state = 'running') EXECUTE FUNCTION slow_claim();
 		INSERT INTO fila_jobs (kind) SELECT 'k' FROM generate_series(1, 150)`)
@@ -32,7 +35,7 @@ func TestClaimThatRunsOutOfTimeShrinks(t *testing.T) {
 	r, err := New(Config{DSN: db.DSN, Kinds: []Kind{{Name: "k", Handler: func(context.Context, *Job) error { return nil }}},
 		Mode: ModePoll, PollMin: 10 * time.Millisecond, Concurrency: 100, ClaimBatch: 100, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
-	r.claimTimeout = 300 * time.Millisecond
+	r.claimTimeout = time.Second
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
@@ -49,6 +52,6 @@ func TestClaimThatRunsOutOfTimeShrinks(t *testing.T) {
 		var n int
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM fila_jobs WHERE state = 'completed'`).Scan(&n)
 		return n == 150
-	}, 60*time.Second, 50*time.Millisecond, "the backlog did not drain")
+	}, 2*time.Minute, 50*time.Millisecond, "the backlog did not drain")
 	require.Less(t, int(r.producerList()[0].batchCap.Load()), 100)
 }

@@ -93,7 +93,12 @@ func TestScrapeOfARealWorker(t *testing.T) {
 			f.value(t, "fila_job_outcomes_total", "kind", "ok", "outcome", "completed") == 3 &&
 			f.value(t, "fila_job_outcomes_total", "kind", "perm", "outcome", "dead") == 1 &&
 			f.value(t, "fila_dead_jobs", "kind", "fails") == 1 &&
-			f.value(t, "fila_completed_jobs") == 3
+			f.value(t, "fila_completed_jobs") == 3 &&
+			// An attempt's run time is recorded apart from its outcome: on a
+			// loaded machine a scrape came between the two.
+			f.histogram(t, "fila_job_run_duration_seconds", "kind", "fails").GetSampleCount() == 2 &&
+			f.histogram(t, "fila_job_run_duration_seconds", "kind", "ok").GetSampleCount() == 3 &&
+			f.histogram(t, "fila_job_run_duration_seconds", "kind", "perm").GetSampleCount() == 1
 	})
 
 	// Six attempts ran: three ok, fails twice, perm once.
