@@ -73,8 +73,8 @@ type msg struct {
 // blocked in ppoll on the control socket, sh's pidfd and the stop pipe,
 // until the attempt's deadline: each event wakes the thread that acts on
 // it. Waiting through goroutines and channels (a reader, SIGCHLD's
-// handler) cost two thread hand-offs per event, a fifth of a busy
-// guard's CPU.
+// handler) cost two thread hand-offs per event, since only this thread
+// may fork.
 func (g *guard) run() int {
 	var setupErr error
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
