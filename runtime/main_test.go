@@ -19,6 +19,10 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if err := testdb.DropTemplates(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	dropExampleDatabases()
 	if code == 0 {
 		if err := goleak.Find(

@@ -116,13 +116,19 @@ func NewNamed(t testing.TB, prefix string) *DB {
 	if err := CheckPrefix(prefix); err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
+	return newDB(t, prefix, "template0")
+}
+
+// newDB creates the database prefix_ and random hex as a copy of from.
+func newDB(t testing.TB, prefix, from string) *DB {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := prefix + "_" + hex.EncodeToString(b[:])
 	ap := admin(t)
-	if _, err := ap.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
+	if _, err := ap.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{from}.Sanitize()); err != nil {
 		t.Fatalf("testdb: create database: %v", err)
 	}
 	db := &DB{Name: name, DirectDSN: WithDatabase(t, AdminURL(), name)}

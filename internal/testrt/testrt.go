@@ -5,9 +5,14 @@ package testrt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fila-run/fila/internal/testdb"
@@ -16,14 +21,34 @@ import (
 	"github.com/fila-run/fila/runtime"
 )
 
-// Migrated returns a fresh database of the test's own with Fila's tables.
+// Migrated returns a fresh database of the test's own with Fila's tables:
+// a copy of a template that the process's first call migrates (see
+// testdb.NewFrom), since migrating costs the server about as much as
+// creating the database. The package's TestMain drops the template
+// (testdb.DropTemplates).
 func Migrated(t testing.TB) *testdb.DB {
 	t.Helper()
-	db := testdb.New(t)
-	_, err := migrations.Migrate(context.Background(), db.Pool)
+	key, err := migrationsKey()
 	require.NoError(t, err)
-	return db
+	return testdb.NewFrom(t, key, func(ctx context.Context, pool *pgxpool.Pool) error {
+		_, err := migrations.Migrate(ctx, pool)
+		return err
+	})
 }
+
+// migrationsKey names the template after a digest of every migration, so
+// that a process never copies a database migrated by other scripts.
+var migrationsKey = sync.OnceValues(func() (string, error) {
+	all, err := migrations.All()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, m := range all {
+		fmt.Fprintf(h, "%d\x00%s\x00%s\x00%s\x00", m.Version, m.Name, m.Up, m.Down)
+	}
+	return "m" + hex.EncodeToString(h.Sum(nil))[:16], nil
+})
 
 // Start runs a runtime until the test ends, stopping it gracefully then,
 // and returns once it is ready.

@@ -26,6 +26,10 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if err := testdb.DropTemplates(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	if code == 0 {
 		if err := goleak.Find(
 			// pgxpool's background health check of the shared admin pool in testdb.

@@ -14,11 +14,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/internal/testrt"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if err := testdb.DropTemplates(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	if code == 0 {
 		if err := goleak.Find(
 			// pgxpool's background health check of the shared admin pool in testdb.

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/internal/testrt"
 	"github.com/fila-run/fila/runtime"
 	"github.com/fila-run/fila/runtime/slogfila"
@@ -25,6 +26,10 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if err := testdb.DropTemplates(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	if code == 0 {
 		if err := goleak.Find(
 			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
