@@ -342,8 +342,9 @@ fi
 # --- 7. patroni and etcd for the high-availability scenarios ------------------
 # Debian's python3 is the one Patroni's modules are installed for: check them
 # with it, not with whatever python3 comes first on PATH.
+# pkill and pgrep (procps) are the clusters' cleanup (internal/patroni).
 ha_ok() {
-	[ -x /usr/bin/patroni ] && [ -x /usr/bin/etcd ] &&
+	[ -x /usr/bin/patroni ] && [ -x /usr/bin/etcd ] && command -v pkill >/dev/null && command -v pgrep >/dev/null &&
 		/usr/bin/python3 -c 'import patroni, etcd, psycopg2' >/dev/null 2>&1
 }
 ha_versions() {
@@ -373,7 +374,7 @@ stop_system_ha() {
 if ha_ok; then
 	step "patroni: installed ($(ha_versions))$(stop_system_ha)"
 else
-	apt_install patroni etcd-server python3-etcd python3-psycopg2 || die "could not install patroni and etcd-server"
+	apt_install patroni etcd-server python3-etcd python3-psycopg2 procps || die "could not install patroni and etcd-server"
 	ha_ok || die "patroni and etcd-server installed, but /usr/bin/patroni, /usr/bin/etcd or Patroni's python modules are missing"
 	step "patroni: installed ($(ha_versions)), system services not running$(stop_system_ha)"
 fi
