@@ -40,6 +40,16 @@ const (
 	sqlCreatePublication = `CREATE PUBLICATION ` + PublicationName + ` FOR TABLE fila_jobs WITH (publish = 'insert')`
 )
 
+// pubOption is pub as pgoutput's publication_names reads it: a list of
+// identifiers, so a name with capitals is quoted. Names hold no quote
+// (channel.ValidateSchema).
+func pubOption(pub string) string {
+	if pub == strings.ToLower(pub) {
+		return pub
+	}
+	return pgx.Identifier{pub}.Sanitize()
+}
+
 // publication is the name of the publication of schema's fila_jobs and the
 // statement that creates it: for no schema, PublicationName of the
 // fila_jobs the search_path finds, as always.
@@ -191,18 +201,19 @@ func (w *WAL) connect(ctx context.Context, sqlCfg *pgx.ConnConfig, replCfg *pgco
 	if err := w.createSlot(ctx, conn, slot); err != nil {
 		return nil, err
 	}
+	pub, _ := publication(w.cfg.Schema)
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.SlotTimeout)
 	err = pglogrepl.StartReplication(sctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		// messages: the update trigger's logical messages say which queue got
 		// a job back to pending (a retry, a rescue, an operator's UPDATE).
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + PublicationName + "'", "messages 'true'"},
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + pubOption(pub) + "'", "messages 'true'"},
 	})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("start replication from slot %s: %w", slot, err)
 	}
-	w.log.Info("streaming", zap.String("slot", slot), zap.String("publication", PublicationName),
+	w.log.Info("streaming", zap.String("slot", slot), zap.String("publication", pub),
 		zap.Strings("queues", slices.Sorted(maps.Keys(w.queueSet()))), zap.Uint32("backend_pid", conn.PID()))
 	ok = true
 	return func(ctx context.Context) error {

@@ -41,6 +41,11 @@ func (r *Runtime) open(ctx context.Context) error {
 		cc := r.cfg.Pool.Config()
 		cc.MaxConns, cc.MinConns = controlConns, 0
 		cc.ShouldPing = r.shouldPing
+		if r.cfg.Schema != "" {
+			if err := UseSchema(cc, r.cfg.Schema); err != nil {
+				return fmt.Errorf("Schema: %w", err)
+			}
+		}
 		var err error
 		if r.control, err = r.readOnly.openPool(ctx, cc); err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -64,6 +69,11 @@ func (r *Runtime) open(ctx context.Context) error {
 		// enough that a server or pooler may have dropped them; a claim on
 		// a dropped connection fails and is retried on a new one anyway.
 		pc.ShouldPing = r.shouldPing
+		if r.cfg.Schema != "" {
+			if err := UseSchema(pc, r.cfg.Schema); err != nil {
+				return fmt.Errorf("Schema: %w", err)
+			}
+		}
 		r.pool, err = r.readOnly.openPool(ctx, pc)
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -99,6 +109,9 @@ func (r *Runtime) open(ctx context.Context) error {
 	}
 	if r.cfg.Mode == ModePoll {
 		return nil
+	}
+	if err := untilNoSessionTimeout(pingCtx, func() error { return r.resolveSchema(pingCtx) }); err != nil {
+		return fail(err)
 	}
 	// The wake source must reach the database the jobs are in: one that
 	// reaches another would wake nobody, and every job would wait for the
