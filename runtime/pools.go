@@ -89,6 +89,9 @@ func (r *Runtime) open(ctx context.Context) error {
 	defer cancel()
 	warm(pingCtx, r.control, warmConns)
 	if err := r.control.Ping(pingCtx); err != nil {
+		if r.cfg.Schema != "" && pgconfig.SearchPathRefused(err) {
+			return fail(fmt.Errorf("cannot reach the database with Schema %s: %s: %w", r.cfg.Schema, pgconfig.SearchPathAdvice, err))
+		}
 		return fail(fmt.Errorf("cannot reach the database: %w", err))
 	}
 	r.store = claimer.New(r.control)

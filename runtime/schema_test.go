@@ -2,13 +2,19 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
+	"net/url"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/fila-run/fila/internal/pgbouncer"
 	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/internal/testdb"
 	"github.com/fila-run/fila/migrations"
@@ -52,7 +58,8 @@ func startSchemaApp(t *testing.T, db *testdb.DB, schema string, mode runtime.Mod
 	ctx := context.Background()
 	_, err := migrations.MigrateIn(ctx, db.Pool, schema, migrations.Latest())
 	require.NoError(t, err)
-	pc, err := pgconfig.Pool(db.DSN)
+	dsn := schemaDSN(t, db)
+	pc, err := pgconfig.Pool(dsn)
 	require.NoError(t, err)
 	require.NoError(t, runtime.UseSchema(pc, schema))
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -60,9 +67,30 @@ func startSchemaApp(t *testing.T, db *testdb.DB, schema string, mode runtime.Mod
 	t.Cleanup(pool.Close)
 	app := &schemaApp{schema: schema, mode: mode, pool: pool, obs: &schemaWakes{claimReasons: newClaimReasons(), counted: reason}, ran: make(chan int64, 10)}
 	cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(_ context.Context, j *runtime.Job) error { app.ran <- j.ID; return nil }})
-	cfg.Schema, cfg.Mode, cfg.Observer = schema, mode, app.obs
+	cfg.DSN, cfg.Schema, cfg.Mode, cfg.Observer = dsn, schema, mode, app.obs
 	start(t, cfg)
 	return app
+}
+
+// schemaDSN is db's main DSN, unless it leads through a PgBouncer that
+// refuses the search_path startup parameter (before 1.20): then the direct
+// one. TestSchemaThroughPgBouncer checks what PgBouncer does with it.
+func schemaDSN(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	if !testdb.ThroughPgBouncer() {
+		return db.DSN
+	}
+	cfg, err := pgconfig.Conn(db.DSN)
+	require.NoError(t, err)
+	cfg.RuntimeParams["search_path"] = "public"
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if pgconfig.SearchPathRefused(err) {
+		t.Logf("PgBouncer refuses search_path (before 1.20): the schema's connections go to PostgreSQL directly")
+		return db.DirectDSN
+	}
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(context.Background()))
+	return db.DSN
 }
 
 // asleep waits until the app's producer has claimed and found nothing, and
@@ -185,10 +213,79 @@ func TestSchemaConfig(t *testing.T) {
 	ctx := context.Background()
 	_, err := migrations.MigrateIn(ctx, db.Pool, "app_a", migrations.Latest())
 	require.NoError(t, err)
+	pc, err := pgconfig.Pool(schemaDSN(t, db))
+	require.NoError(t, err)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
 	cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(context.Context, *runtime.Job) error { return nil }})
-	cfg.DSN, cfg.Pool, cfg.Schema = "", db.Pool, "app_a"
+	cfg.DSN, cfg.Pool, cfg.Schema = "", pool, "app_a"
 	rt, err := runtime.New(cfg)
 	require.NoError(t, err)
 	err = rt.Run(ctx)
 	require.ErrorContains(t, err, "Config.Pool finds fila_jobs in schema public, not in Config.Schema app_a")
 }
+
+// TestSchemaThroughPgBouncer runs two schemas' connections through one
+// server connection of a transaction-mode PgBouncer. Where PgBouncer tracks
+// search_path (1.20 and later, track_extra_parameters), every transaction of
+// each client finds its own schema, whichever client's path the server
+// connection had before; where it cannot, the connection is refused and
+// the runtime says why. The parameter is never dropped silently.
+func TestSchemaThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	db := testdbNew(t)
+	ctx := context.Background()
+	for _, s := range []string{"app_a", "app_b"} {
+		_, err := migrations.MigrateIn(ctx, db.Pool, s, migrations.Latest())
+		require.NoError(t, err)
+	}
+	u, err := url.Parse(db.DirectDSN)
+	require.NoError(t, err)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	bctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	b, err := pgbouncer.Start(bctx, pgbouncer.Options{UpstreamHost: u.Hostname(), UpstreamPort: port, PoolSize: 1, Logger: zaptest.NewLogger(t)})
+	if errors.Is(err, pgbouncer.ErrNotInstalled) {
+		testdb.Missing(t, "%v", err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	dsn := b.DSN(db.Name)
+
+	if !b.TracksExtraParameters() {
+		cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(context.Context, *runtime.Job) error { return nil }})
+		cfg.DSN, cfg.Schema = dsn, "app_a"
+		rt, err := runtime.New(cfg)
+		require.NoError(t, err)
+		err = rt.Run(ctx)
+		require.ErrorContains(t, err, "cannot reach the database with Schema app_a: the pooler refuses the search_path startup parameter")
+		require.ErrorContains(t, err, "track_extra_parameters = search_path")
+		t.Logf("PgBouncer before 1.20 refuses the search_path a schema sets, as the runtime reports: %v", err)
+		return
+	}
+	pools := map[string]*pgxpool.Pool{}
+	for _, s := range []string{"app_a", "app_b"} {
+		pc, err := pgconfig.Pool(dsn)
+		require.NoError(t, err)
+		require.NoError(t, runtime.UseSchema(pc, s))
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		pools[s], err = pgxpool.NewWithConfig(ctx, pc)
+		require.NoError(t, err)
+		t.Cleanup(pools[s].Close)
+	}
+	// One server connection (PoolSize 1), the clients' transactions taking
+	// turns on it.
+	for range 20 {
+		for s, p := range pools {
+			var found string
+			require.NoError(t, p.QueryRow(ctx, sqlJobsSchemaForTest).Scan(&found))
+			require.Equal(t, s, found, "a transaction of %s's client through PgBouncer", s)
+		}
+	}
+}
+
+// sqlJobsSchemaForTest is the schema of the fila_jobs a session finds.
+const sqlJobsSchemaForTest = `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('fila_jobs')`
