@@ -25,7 +25,7 @@ func init() {
 
 // flagsBesideConfig are the flags --config leaves to the command line: the
 // connections (when the file sets none) and how to log.
-var flagsBesideConfig = []string{"config", "check", "dsn", "listen-dsn", "log-level", "log-format"}
+var flagsBesideConfig = []string{"config", "check", "dsn", "listen-dsn", "schema", "log-level", "log-format"}
 
 // runWork runs `fila work`: one worker group from its flags, or the groups
 // of a configuration file. Both are read into one model and checked by one
