@@ -723,7 +723,7 @@ func (w *workConfig) process(g *globals, stdout io.Writer) (*workProcess, error)
 		schema = w.schema
 	}
 	p := &workProcess{
-		dsn: dsn, shutdown: w.shutdown,
+		dsn: dsn, schema: schema, shutdown: w.shutdown,
 		metricsAddr: w.metricsAddr, healthAddr: w.healthAddr, uiAddr: w.uiAddr, uiAccess: w.uiAccess, otel: w.otel,
 		names: func(keys ...string) string {
 			names := slices.Clone(keys)
