@@ -100,6 +100,9 @@ func (r *Runtime) open(ctx context.Context) error {
 	// Through the store: under a tiny statement_timeout this first read of
 	// a table must carry its own, as every later statement does.
 	if err := untilNoSessionTimeout(pingCtx, func() error { return migrations.Check(pingCtx, storeQuerier{r.store}) }); err != nil {
+		if r.cfg.Schema != "" && errors.Is(err, migrations.ErrNotMigrated) {
+			return fail(fmt.Errorf("schema %s: %w; with --schema %s, or migrations.MigrateIn", r.cfg.Schema, err, r.cfg.Schema))
+		}
 		return fail(err)
 	}
 	if r.cfg.Pool != nil || !pgconfig.NamesExecMode(r.cfg.DSN) {

@@ -211,16 +211,22 @@ func TestSchemaConfig(t *testing.T) {
 
 	db := newDB(t)
 	ctx := context.Background()
-	_, err := migrations.MigrateIn(ctx, db.Pool, "app_a", migrations.Latest())
+	cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(context.Context, *runtime.Job) error { return nil }})
+	cfg.DSN, cfg.Schema = schemaDSN(t, db), "app_a"
+	rt, err := runtime.New(cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, rt.Run(ctx), "schema app_a: database is not migrated: it is at version 0")
+
+	_, err = migrations.MigrateIn(ctx, db.Pool, "app_a", migrations.Latest())
 	require.NoError(t, err)
 	pc, err := pgconfig.Pool(schemaDSN(t, db))
 	require.NoError(t, err)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	cfg := baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(context.Context, *runtime.Job) error { return nil }})
+	cfg = baseConfig(t, db, runtime.Kind{Name: "k", Handler: func(context.Context, *runtime.Job) error { return nil }})
 	cfg.DSN, cfg.Pool, cfg.Schema = "", pool, "app_a"
-	rt, err := runtime.New(cfg)
+	rt, err = runtime.New(cfg)
 	require.NoError(t, err)
 	err = rt.Run(ctx)
 	require.ErrorContains(t, err, "Config.Pool finds fila_jobs in schema public, not in Config.Schema app_a")
