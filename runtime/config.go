@@ -185,11 +185,11 @@ type Config struct {
 	// triggers (channels "fila:"+Schema+":"+queue), so another schema's
 	// inserts wake none of this runtime's claimers; and in ModeWAL the
 	// source streams the schema's own publication. A Pool must reach the
-	// schema's tables through its own search_path (UseSchema sets it): New's
+	// schema's tables through its own search_path (UseSchema sets it):
 	// Run refuses one that finds another fila_jobs. Through PgBouncer, the
-	// search_path startup parameter must be tracked (track_extra_parameters),
-	// not ignored. ASCII letters, digits and '_', at most
-	// channel.MaxSchemaLen (45) bytes, not starting with a digit or pg_.
+	// search_path startup parameter must be tracked (PgBouncer 1.20 or
+	// later, track_extra_parameters), not ignored. ASCII letters, digits and
+	// '_', at most 45 bytes, not starting with a digit or pg_.
 	// Defaults to "": the tables the connections' search_path finds, whose
 	// channels are the schema public's unless they are in another.
 	Schema string
