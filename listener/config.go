@@ -42,9 +42,15 @@ type Config struct {
 	// DSN leads straight to PostgreSQL, never to a transaction-mode pooler:
 	// LISTEN there silently receives nothing. Required.
 	DSN string
-	// Queues are listened to on the channels channel.ForQueue gives. Defaults
-	// to ["default"].
+	// Queues are listened to on the channels channel.ForQueueIn gives.
+	// Defaults to ["default"].
 	Queues []string
+	// Schema is the schema of the Fila tables whose notifications wake: its
+	// triggers name their channels after it ("fila:"+Schema+":"+queue), so
+	// the listener of one application's schema hears none of another's.
+	// Defaults to "", the channels of the schema public, which an install
+	// that names no schema has always used.
+	Schema string
 	// PingInterval is how long the connection may stay silent before the
 	// listener checks it, which finds half-open connections. Between
 	// PingIntervalMin and PingIntervalMax. Defaults to PingIntervalDefault (10s).
@@ -90,15 +96,20 @@ func sourceDefaults(queues *[]string, pingTimeout, reconnectMax *time.Duration, 
 
 // checkSource checks the DSN and queues every source needs; what names the
 // source in its errors ("" or "WAL ").
-func checkSource(what, dsn string, queues []string) error {
+func checkSource(what, dsn, schema string, queues []string) error {
 	if dsn == "" {
 		return fmt.Errorf("listener: %sDSN is required (a direct PostgreSQL DSN, not a pooler)", what)
 	}
 	if _, err := pgconfig.Conn(dsn); err != nil {
 		return fmt.Errorf("listener: %sDSN: %w", what, err)
 	}
+	if schema != "" {
+		if err := channel.ValidateSchema(schema); err != nil {
+			return fmt.Errorf("listener: %sSchema: %w", what, err)
+		}
+	}
 	for _, q := range queues {
-		if err := channel.ValidateQueue(q); err != nil {
+		if _, err := channel.ForQueueIn(schema, q); err != nil {
 			return fmt.Errorf("listener: %sQueues: %w", what, err)
 		}
 	}
@@ -109,7 +120,7 @@ func checkSource(what, dsn string, queues []string) error {
 // be used, naming it and its allowed values.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
-	if err := checkSource("", c.DSN, c.Queues); err != nil {
+	if err := checkSource("", c.DSN, c.Schema, c.Queues); err != nil {
 		return err
 	}
 	if err := checkRange("PingInterval", c.PingInterval, PingIntervalMin, PingIntervalMax); err != nil {
@@ -128,12 +139,13 @@ func checkRange(field string, v, lo, hi time.Duration) error {
 	return nil
 }
 
-// channels returns the distinct channels for queues, in their order.
-func channels(queues []string) ([]string, error) {
+// channels returns the distinct channels for queues of schema, in their
+// order.
+func channels(schema string, queues []string) ([]string, error) {
 	seen := make(map[string]bool, len(queues))
 	var out []string
 	for _, q := range queues {
-		ch, err := channel.ForQueue(q)
+		ch, err := channel.ForQueueIn(schema, q)
 		if err != nil {
 			return nil, err
 		}

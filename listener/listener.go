@@ -56,7 +56,7 @@ func New(cfg Config) (*Listener, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	chs, err := channels(cfg.Queues)
+	chs, err := channels(cfg.Schema, cfg.Queues)
 	if err != nil {
 		return nil, fmt.Errorf("listener: Queues: %w", err)
 	}
@@ -78,7 +78,7 @@ var errResubscribe = errors.New("listener: channels changed")
 // that is announced by its notification. While the listener is not
 // connected, it LISTENs on the channel when it connects.
 func (l *Listener) AddQueue(queue string) (<-chan struct{}, error) {
-	ch, err := channel.ForQueue(queue)
+	ch, err := channel.ForQueueIn(l.cfg.Schema, queue)
 	if err != nil {
 		return nil, fmt.Errorf("listener: %w", err)
 	}
@@ -99,7 +99,7 @@ func (l *Listener) AddQueue(queue string) (<-chan struct{}, error) {
 // RemoveQueue stops listening on queue's channel; the listener UNLISTENs at
 // once if connected.
 func (l *Listener) RemoveQueue(queue string) error {
-	ch, err := channel.ForQueue(queue)
+	ch, err := channel.ForQueueIn(l.cfg.Schema, queue)
 	if err != nil {
 		return fmt.Errorf("listener: %w", err)
 	}
@@ -255,7 +255,7 @@ func (l *Listener) resubscribe(ctx context.Context, conn *pgx.Conn, listening []
 			return listening, err
 		}
 		for _, ch := range added {
-			q, _ := strings.CutPrefix(ch, channel.Prefix)
+			q, _ := strings.CutPrefix(ch, channel.PrefixIn(l.cfg.Schema))
 			l.wakeQueue(q, HintMany)
 		}
 		l.confirm(added)
@@ -307,7 +307,7 @@ func (l *Listener) serve(ctx context.Context, conn *pgx.Conn, listening []string
 		case err == nil:
 			l.events.Add(1)
 			l.log.Debug("notification", zap.String("channel", n.Channel), zap.String("payload", n.Payload))
-			if q, ok := strings.CutPrefix(n.Channel, channel.Prefix); ok {
+			if q, ok := strings.CutPrefix(n.Channel, channel.PrefixIn(l.cfg.Schema)); ok {
 				// The payload is the id of the queue's first new job of the
 				// notifying statement (see migrations/schema.sql).
 				job, _ := strconv.ParseInt(n.Payload, 10, 64)

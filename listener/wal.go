@@ -35,10 +35,32 @@ const (
 	// whether it publishes inserts into fila_jobs.
 	sqlPublicationState = `SELECT p.pubinsert AND EXISTS (
            SELECT 1 FROM pg_publication_tables t
-           WHERE t.pubname = p.pubname AND t.tablename = 'fila_jobs')
+           WHERE t.pubname = p.pubname AND t.tablename = 'fila_jobs' AND ($2::text IS NULL OR t.schemaname = $2::text))
        FROM pg_publication p WHERE p.pubname = $1`
 	sqlCreatePublication = `CREATE PUBLICATION ` + PublicationName + ` FOR TABLE fila_jobs WITH (publish = 'insert')`
 )
+
+// pubOption is pub as pgoutput's publication_names reads it: a list of
+// identifiers, so a name with capitals is quoted. Names hold no quote
+// (channel.ValidateSchema).
+func pubOption(pub string) string {
+	if pub == strings.ToLower(pub) {
+		return pub
+	}
+	return pgx.Identifier{pub}.Sanitize()
+}
+
+// publication is the name of the publication of schema's fila_jobs and the
+// statement that creates it: for no schema, PublicationName of the
+// fila_jobs the search_path finds, as always.
+func publication(schema string) (name, create string) {
+	if schema == "" {
+		return PublicationName, sqlCreatePublication
+	}
+	name = channel.Publication(schema)
+	return name, "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize() + " FOR TABLE " +
+		pgx.Identifier{schema, "fila_jobs"}.Sanitize() + " WITH (publish = 'insert')"
+}
 
 // walPoolerAdvice is why a pooler in front of the WAL source is refused.
 const walPoolerAdvice = "logical replication needs a connection of its own to PostgreSQL; " +
@@ -80,7 +102,7 @@ func NewWAL(cfg WALConfig) (*WAL, error) {
 // decodes. The stream carries every queue's inserts, so nothing needs
 // subscribing: the channel returned is closed already.
 func (w *WAL) AddQueue(queue string) (<-chan struct{}, error) {
-	if err := channel.ValidateQueue(queue); err != nil {
+	if _, err := channel.ForQueueIn(w.cfg.Schema, queue); err != nil {
 		return nil, fmt.Errorf("listener: %w", err)
 	}
 	if err := w.addQueue(queue); err != nil {
@@ -179,18 +201,19 @@ func (w *WAL) connect(ctx context.Context, sqlCfg *pgx.ConnConfig, replCfg *pgco
 	if err := w.createSlot(ctx, conn, slot); err != nil {
 		return nil, err
 	}
+	pub, _ := publication(w.cfg.Schema)
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.SlotTimeout)
 	err = pglogrepl.StartReplication(sctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		// messages: the update trigger's logical messages say which queue got
 		// a job back to pending (a retry, a rescue, an operator's UPDATE).
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + PublicationName + "'", "messages 'true'"},
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + pubOption(pub) + "'", "messages 'true'"},
 	})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("start replication from slot %s: %w", slot, err)
 	}
-	w.log.Info("streaming", zap.String("slot", slot), zap.String("publication", PublicationName),
+	w.log.Info("streaming", zap.String("slot", slot), zap.String("publication", pub),
 		zap.Strings("queues", slices.Sorted(maps.Keys(w.queueSet()))), zap.Uint32("backend_pid", conn.PID()))
 	ok = true
 	return func(ctx context.Context) error {
@@ -256,36 +279,41 @@ func (w *WAL) prepare(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if walLevel != "logical" {
 		return fatal(fmt.Errorf("%w: it is %q; set wal_level = logical and restart PostgreSQL", ErrWALLevel, walLevel))
 	}
-	return ensurePublication(qctx, conn)
+	return ensurePublication(qctx, conn, w.cfg.Schema)
 }
 
 // ensurePublication creates the publication unless it exists. Several
 // processes may start at once: losing the race to create it is success.
-func ensurePublication(ctx context.Context, conn *pgx.Conn) error {
+func ensurePublication(ctx context.Context, conn *pgx.Conn, schema string) error {
+	pub, create := publication(schema)
+	table, inSchema := "fila_jobs", (*string)(nil)
+	if schema != "" {
+		table, inSchema = pgx.Identifier{schema, "fila_jobs"}.Sanitize(), &schema
+	}
 	var usable bool
-	err := conn.QueryRow(ctx, sqlPublicationState, PublicationName).Scan(&usable)
+	err := conn.QueryRow(ctx, sqlPublicationState, pub, inSchema).Scan(&usable)
 	switch {
 	case err == nil && usable:
 		return nil
 	case err == nil:
-		return fatal(fmt.Errorf("listener: publication %s exists but does not publish inserts into fila_jobs; drop it and let Fila recreate it",
-			PublicationName))
+		return fatal(fmt.Errorf("listener: publication %s exists but does not publish inserts into %s; drop it and let Fila recreate it",
+			pub, table))
 	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("read publication %s: %w", PublicationName, err)
+		return fmt.Errorf("read publication %s: %w", pub, err)
 	}
-	_, err = conn.Exec(ctx, sqlCreatePublication)
+	_, err = conn.Exec(ctx, create)
 	switch pgErrCode(err) {
 	case "":
 		return err
 	case "42710", "23505": // duplicate_object, or unique_violation when created concurrently
 		return nil
 	case "42P01": // undefined_table
-		return fmt.Errorf("create publication %s: %w (run the migrations first)", PublicationName, err)
+		return fmt.Errorf("create publication %s: %w (run the migrations first)", pub, err)
 	case "42501": // insufficient_privilege
-		return fatal(fmt.Errorf("listener: create publication %s: %w; create it as the owner of fila_jobs: %s",
-			PublicationName, err, sqlCreatePublication))
+		return fatal(fmt.Errorf("listener: create publication %s: %w; create it as the owner of %s: %s",
+			pub, err, table, create))
 	}
-	return fmt.Errorf("create publication %s: %w", PublicationName, err)
+	return fmt.Errorf("create publication %s: %w", pub, err)
 }
 
 // createSlot creates a temporary pgoutput slot, giving up after SlotTimeout.

@@ -23,7 +23,9 @@ const (
 	WALApplicationName = "fila-wal"
 
 	// PublicationName is the publication the WAL source creates if missing
-	// and streams: inserts into fila_jobs only.
+	// and streams: inserts into fila_jobs only. With a WALConfig.Schema
+	// other than public, the publication of that schema's fila_jobs is
+	// PublicationName+"_"+Schema (see channel.Publication).
 	PublicationName = "fila_jobs_inserts"
 
 	// SlotPrefix starts the name of each temporary replication slot.
@@ -38,6 +40,13 @@ type WALConfig struct {
 	DSN string
 	// Queues whose inserts wake. Defaults to ["default"].
 	Queues []string
+	// Schema is the schema of the fila_jobs whose inserts wake, streamed
+	// through a publication of its own (publications are database-wide),
+	// and of the triggers whose logical messages wake (prefix
+	// "fila:"+Schema). Defaults to "": the publication PublicationName of
+	// the fila_jobs the search_path finds, and the messages of the schema
+	// public, as an install that names no schema has always used.
+	Schema string
 	// StatusInterval is how often the source reports its position to the
 	// server (so the slot retains no WAL) and asks for a reply, which is its
 	// health check. Between StatusIntervalMin and StatusIntervalMax. Defaults
@@ -78,7 +87,7 @@ func (c WALConfig) WithDefaults() WALConfig {
 // be used, naming it and its allowed values.
 func (c WALConfig) Validate() error {
 	c = c.WithDefaults()
-	if err := checkSource("WAL ", c.DSN, c.Queues); err != nil {
+	if err := checkSource("WAL ", c.DSN, c.Schema, c.Queues); err != nil {
 		return err
 	}
 	for _, r := range []struct {

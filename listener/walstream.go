@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
+
+	"github.com/fila-run/fila/internal/channel"
 )
 
 // stream is the state of one replication connection.
@@ -155,14 +157,15 @@ func (w *WAL) handleLogical(st *stream, data []byte) {
 			w.wakeOnce(st, q)
 		}
 	case *pglogrepl.LogicalDecodingMessage:
-		if q := string(m.Content); m.Prefix == MessagePrefix && w.follows(q) {
+		if q := string(m.Content); m.Prefix == channel.MessagePrefix(w.cfg.Schema) && w.follows(q) {
 			w.wakeOnce(st, q)
 		}
 	}
 }
 
 // MessagePrefix is the prefix of the logical messages the update trigger
-// emits, whose content is a queue name.
+// of the schema public emits, whose content is a queue name; another
+// schema's carry channel.MessagePrefix(schema).
 const MessagePrefix = "fila"
 
 // insertQueue returns the queue of an inserted row, or false when it cannot

@@ -85,17 +85,17 @@
 //	fila_sleep                       function  0005 0006
 //	fila_unique_holder               function  0014
 //	fila_unique_note                 function  0014
-//	fila_wake_held                   function  0026
-//	fila_wake_queue                  function  0026
+//	fila_wake_held                   function  0026 0031
+//	fila_wake_queue                  function  0026 0031
 //	fila_worker_live                 function  0020
 //	fila_worker_seen                 function  0020
 //	fila_workflow_retry              function  0027
 //	fila_batch_seal                  function  0023
 //	fila_flow_finished               function  0023
-//	fila_flow_insert                 function  0023 0026
-//	fila_notify_insert               function  0001 0002 0005
-//	fila_notify_update               function  0002 0003 0026
+//	fila_flow_insert                 function  0023 0026 0031
+//	fila_notify_insert               function  0001 0002 0005 0031
+//	fila_notify_update               function  0002 0003 0026 0031
 //	fila_payload_check               function  0017
 //	fila_tags_metadata_check         function  0019
-//	fila_notify_resume               function  0003
+//	fila_notify_resume               function  0003 0031
 package migrations

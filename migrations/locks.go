@@ -33,4 +33,11 @@ const (
 	// sleeper and notifies, or its job committed before the worker's next
 	// claim (migration 0005).
 	LockQueueSleep int32 = 1718185058
+
+	// LockMigrateSchema is the classid of the migration lock of Fila's
+	// tables in a named schema, on hashtext(schema): MigrateIn and
+	// RollbackIn take it in place of LockMigrate, so the applications of
+	// two schemas of one database migrate without waiting for each other.
+	// Migrations of the default schema keep LockMigrate.
+	LockMigrateSchema int32 = 1718185060
 )

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fila-run/fila/internal/channel"
 )
 
 // files holds the numbered migrations only: schema.sql, the schema they
@@ -95,6 +97,18 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 // target, as Migrate does. A database already at or past target is left
 // as it is: Rollback goes down.
 func MigrateTo(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, error) {
+	return MigrateIn(ctx, pool, "", target)
+}
+
+// MigrateIn is MigrateTo for Fila's tables in schema, which it creates when
+// missing; "" is the schema the pool's search_path finds, as MigrateTo.
+// The transaction sets its own search_path to schema alone, so the tables
+// and functions go there and the functions keep naming the tables
+// unqualified: the runtime's connections find them with the same
+// search_path (runtime.Config.Schema). Each schema has its own migration
+// lock: a long migration of one application's schema holds back no other
+// application's start-up.
+func MigrateIn(ctx context.Context, pool *pgxpool.Pool, schema string, target int) ([]int, error) {
 	all, err := All()
 	if err != nil {
 		return nil, err
@@ -103,7 +117,7 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, erro
 		return nil, err
 	}
 	var applied []int
-	err = locked(ctx, pool, func(tx pgx.Tx, current int) error {
+	err = locked(ctx, pool, schema, true, func(tx pgx.Tx, current int) error {
 		for _, m := range all {
 			if m.Version <= current || m.Version > target {
 				continue
@@ -131,6 +145,13 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, erro
 // first: the functions they call go. Rolling back to 0 drops fila_jobs and
 // every job in it; down to any other version, jobs stay.
 func Rollback(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, error) {
+	return RollbackIn(ctx, pool, "", target)
+}
+
+// RollbackIn is Rollback for Fila's tables in schema ("" is the schema the
+// pool's search_path finds). It leaves the schema itself, even when rolling
+// back to 0: other objects may live there.
+func RollbackIn(ctx context.Context, pool *pgxpool.Pool, schema string, target int) ([]int, error) {
 	all, err := All()
 	if err != nil {
 		return nil, err
@@ -139,7 +160,7 @@ func Rollback(ctx context.Context, pool *pgxpool.Pool, target int) ([]int, error
 		return nil, err
 	}
 	var undone []int
-	err = locked(ctx, pool, func(tx pgx.Tx, current int) error {
+	err = locked(ctx, pool, schema, false, func(tx pgx.Tx, current int) error {
 		if current > Latest() {
 			return fmt.Errorf("database is at migration version %d, newer than this build's %d: roll back with the fila that migrated it", current, Latest())
 		}
@@ -176,13 +197,25 @@ func checkTarget(target int) error {
 }
 
 // locked runs fn in a transaction that holds the migration lock, with the
-// database's version, creating fila_migrations when it is missing.
-func locked(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, current int) error) error {
+// database's version, creating fila_migrations when it is missing. With a
+// schema, the transaction's search_path is that schema alone, created first
+// when create is set, and the lock is the schema's own.
+func locked(ctx context.Context, pool *pgxpool.Pool, schema string, create bool, fn func(tx pgx.Tx, current int) error) error {
+	if schema != "" {
+		if err := channel.ValidateSchema(schema); err != nil {
+			return err
+		}
+	}
 	// READ COMMITTED whatever the database's default: the lock serialises
 	// migrations, and the DDL must see what the one before committed.
 	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", pgx.QueryExecModeExec, LockMigrate); err != nil {
+		if err := lockMigration(ctx, tx, schema); err != nil {
 			return fmt.Errorf("take migration lock: %w", err)
+		}
+		if schema != "" {
+			if err := useSchema(ctx, tx, schema, create); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fila_migrations (
 			version    int PRIMARY KEY,
@@ -196,6 +229,45 @@ func locked(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, current 
 		}
 		return fn(tx, current)
 	})
+}
+
+// lockMigration takes the migration lock of schema for tx: LockMigrate for
+// the default schema, as every version before schemas did, so an older
+// fila migrating beside this one still waits; the pair (LockMigrateSchema,
+// hashtext(schema)) for another.
+func lockMigration(ctx context.Context, tx pgx.Tx, schema string) error {
+	if !channel.Named(schema) {
+		_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", pgx.QueryExecModeExec, LockMigrate)
+		return err
+	}
+	_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::int, hashtext($2::text))", pgx.QueryExecModeExec, LockMigrateSchema, schema)
+	return err
+}
+
+// useSchema points tx's search_path at schema alone (SET LOCAL: through a
+// transaction-mode pooler too, the setting goes with the transaction),
+// creating the schema first when create is set.
+func useSchema(ctx context.Context, tx pgx.Tx, schema string, create bool) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)", pgx.QueryExecModeExec, schema).Scan(&exists); err != nil {
+		return fmt.Errorf("look for schema %s: %w", schema, err)
+	}
+	ident := pgx.Identifier{schema}.Sanitize()
+	switch {
+	case !exists && !create:
+		return fmt.Errorf("schema %s does not exist: there is nothing of Fila's to roll back there", schema)
+	case !exists:
+		// CREATE SCHEMA only when missing: IF NOT EXISTS still needs the
+		// CREATE privilege on the database, which a role that owns an
+		// existing schema may lack.
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+ident); err != nil {
+			return fmt.Errorf("create schema %s: %w", schema, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+ident); err != nil {
+		return fmt.Errorf("use schema %s: %w", schema, err)
+	}
+	return nil
 }
 
 // Querier is what Version and Check need: a pool, a connection or a transaction.

@@ -1,7 +1,7 @@
 -- Fila's schema as Migrate leaves it: tables with their columns,
 -- constraints and indexes, then functions, then triggers.
 --
--- Migration: 0030 (job_policy)
+-- Migration: 0031 (schema_channels)
 -- Generated on PostgreSQL 15 from a freshly migrated database: do not edit.
 --
 -- The numbered migrations are its history, and doc.go lists which of them
@@ -975,7 +975,7 @@ AS $function$
                 ELSE ' (unique key ' || p_key || ' is held by job ' || p_holder || ': this job lets it go)' END
 $function$;
 
-CREATE OR REPLACE FUNCTION fila_wake_held(p_ids bigint[])
+CREATE OR REPLACE FUNCTION fila_wake_held(p_ids bigint[], p_schema text)
  RETURNS void
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -993,12 +993,12 @@ BEGIN
           AND h.state = 'pending' AND h.run_at <= now() + interval '10 minutes'
         GROUP BY h.queue
     LOOP
-        PERFORM fila_wake_queue(r.queue, r.id);
+        PERFORM fila_wake_queue(r.queue, r.id, p_schema);
     END LOOP;
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION fila_wake_queue(p_queue text, p_id bigint)
+CREATE OR REPLACE FUNCTION fila_wake_queue(p_queue text, p_id bigint, p_schema text)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -1008,9 +1008,10 @@ BEGIN
     -- Once per queue and transaction: every notification of a transaction
     -- is delivered at its commit, and one wakes the queue's workers.
     IF position(',' || p_queue || ',' IN sent) = 0 THEN
-        PERFORM pg_notify('fila_' || p_queue, p_id::text);
+        PERFORM pg_notify(CASE WHEN p_schema = 'public' THEN 'fila_' || p_queue
+                               ELSE left('fila:' || p_schema || ':' || p_queue, 63) END, p_id::text);
         IF current_setting('wal_level') = 'logical' THEN
-            PERFORM pg_logical_emit_message(true, 'fila', p_queue);
+            PERFORM pg_logical_emit_message(true, CASE WHEN p_schema = 'public' THEN 'fila' ELSE 'fila:' || p_schema END, p_queue);
         END IF;
         PERFORM set_config('fila.notified', coalesce(nullif(sent, ''), ',') || p_queue || ',', true);
     END IF;
@@ -1203,7 +1204,7 @@ BEGIN
         -- A claim's SKIP LOCKED passes over the rows locked here until this
         -- transaction ends: wake their queues when it does (see
         -- fila_wake_held).
-        PERFORM fila_wake_held(NEW.depends_on);
+        PERFORM fila_wake_held(NEW.depends_on, TG_TABLE_SCHEMA);
         UPDATE fila_jobs SET has_dependents = true WHERE id = ANY (NEW.depends_on) AND NOT has_dependents;
     END IF;
     IF NEW.sequence_key IS NOT NULL THEN
@@ -1222,7 +1223,7 @@ BEGIN
         NEW.sequence_prev := v_prev;
         IF v_prev IS NOT NULL THEN
             PERFORM 1 FROM fila_jobs p WHERE p.id = v_prev AND p.xmin <> pg_current_xact_id()::xid FOR SHARE;
-            PERFORM fila_wake_held(ARRAY[v_prev]);
+            PERFORM fila_wake_held(ARRAY[v_prev], TG_TABLE_SCHEMA);
         END IF;
     END IF;
     IF NEW.batch_id IS NOT NULL THEN
@@ -1273,7 +1274,8 @@ BEGIN
         -- recording its sleep, which waits for this transaction to end.
         PERFORM pg_advisory_xact_lock_shared(1718185058, hashtext(r.queue));
         IF EXISTS (SELECT 1 FROM fila_sleepers s WHERE s.queue IN (r.queue, '*')) THEN
-            PERFORM pg_notify('fila_' || r.queue, r.id::text);
+            PERFORM pg_notify(CASE WHEN TG_TABLE_SCHEMA = 'public' THEN 'fila_' || r.queue
+                                   ELSE left('fila:' || TG_TABLE_SCHEMA || ':' || r.queue, 63) END, r.id::text);
         END IF;
     END LOOP;
     RETURN NULL;
@@ -1293,7 +1295,7 @@ BEGIN
     IF NEW.state = 'pending' AND NEW.run_at > now() + interval '10 minutes' THEN
         RETURN NULL;
     END IF;
-    PERFORM fila_wake_queue(NEW.queue, NEW.id);
+    PERFORM fila_wake_queue(NEW.queue, NEW.id, TG_TABLE_SCHEMA);
     RETURN NULL;
 END
 $function$;
@@ -1359,9 +1361,10 @@ CREATE OR REPLACE FUNCTION fila_notify_resume()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    PERFORM pg_notify('fila_' || NEW.queue, '');
+    PERFORM pg_notify(CASE WHEN TG_TABLE_SCHEMA = 'public' THEN 'fila_' || NEW.queue
+                           ELSE left('fila:' || TG_TABLE_SCHEMA || ':' || NEW.queue, 63) END, '');
     IF current_setting('wal_level') = 'logical' THEN
-        PERFORM pg_logical_emit_message(true, 'fila', NEW.queue);
+        PERFORM pg_logical_emit_message(true, CASE WHEN TG_TABLE_SCHEMA = 'public' THEN 'fila' ELSE 'fila:' || TG_TABLE_SCHEMA END, NEW.queue);
     END IF;
     RETURN NULL;
 END

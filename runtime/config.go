@@ -177,6 +177,22 @@ type Config struct {
 	// Pool's configuration, so heartbeats and outcomes never wait behind
 	// handlers. Defaults to none: a pool opened from DSN.
 	Pool *pgxpool.Pool
+	// Schema is the schema of Fila's tables, for applications that share a
+	// database, each with its own schema (fila migrate --schema,
+	// migrations.MigrateIn). It changes three things: the connections Fila
+	// opens from DSN (and its own pool beside a Pool) have it as their
+	// search_path, alone; the listener hears only the notifications of its
+	// triggers (channels "fila:"+Schema+":"+queue), so another schema's
+	// inserts wake none of this runtime's claimers; and in ModeWAL the
+	// source streams the schema's own publication. A Pool must reach the
+	// schema's tables through its own search_path (UseSchema sets it):
+	// Run refuses one that finds another fila_jobs. Through PgBouncer, the
+	// search_path startup parameter must be tracked (PgBouncer 1.20 or
+	// later, track_extra_parameters), not ignored. ASCII letters, digits and
+	// '_', at most 45 bytes, not starting with a digit or pg_.
+	// Defaults to "": the tables the connections' search_path finds, whose
+	// channels are the schema public's unless they are in another.
+	Schema string
 	// Queues are the queues this runtime works. Defaults to ["default"].
 	Queues []string
 	// Kinds are the job kinds this runtime handles, each once. A claim
@@ -406,8 +422,13 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("Mode %q is unknown: use %q, %q or %q", c.Mode, ModeNotify, ModePoll, ModeWAL)
 	}
+	if c.Schema != "" {
+		if err := channel.ValidateSchema(c.Schema); err != nil {
+			return fmt.Errorf("Schema: %w", err)
+		}
+	}
 	for _, q := range c.Queues {
-		if err := channel.ValidateQueue(q); err != nil {
+		if _, err := channel.ForQueueIn(c.Schema, q); err != nil {
 			return fmt.Errorf("Queues: %w", err)
 		}
 	}

@@ -41,6 +41,11 @@ func (r *Runtime) open(ctx context.Context) error {
 		cc := r.cfg.Pool.Config()
 		cc.MaxConns, cc.MinConns = controlConns, 0
 		cc.ShouldPing = r.shouldPing
+		if r.cfg.Schema != "" {
+			if err := UseSchema(cc, r.cfg.Schema); err != nil {
+				return fmt.Errorf("Schema: %w", err)
+			}
+		}
 		var err error
 		if r.control, err = r.readOnly.openPool(ctx, cc); err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -64,6 +69,11 @@ func (r *Runtime) open(ctx context.Context) error {
 		// enough that a server or pooler may have dropped them; a claim on
 		// a dropped connection fails and is retried on a new one anyway.
 		pc.ShouldPing = r.shouldPing
+		if r.cfg.Schema != "" {
+			if err := UseSchema(pc, r.cfg.Schema); err != nil {
+				return fmt.Errorf("Schema: %w", err)
+			}
+		}
 		r.pool, err = r.readOnly.openPool(ctx, pc)
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -79,6 +89,9 @@ func (r *Runtime) open(ctx context.Context) error {
 	defer cancel()
 	warm(pingCtx, r.control, warmConns)
 	if err := r.control.Ping(pingCtx); err != nil {
+		if r.cfg.Schema != "" && pgconfig.SearchPathRefused(err) {
+			return fail(fmt.Errorf("cannot reach the database with Schema %s: %s: %w", r.cfg.Schema, pgconfig.SearchPathAdvice, err))
+		}
 		return fail(fmt.Errorf("cannot reach the database: %w", err))
 	}
 	r.store = claimer.New(r.control)
@@ -87,6 +100,9 @@ func (r *Runtime) open(ctx context.Context) error {
 	// Through the store: under a tiny statement_timeout this first read of
 	// a table must carry its own, as every later statement does.
 	if err := untilNoSessionTimeout(pingCtx, func() error { return migrations.Check(pingCtx, storeQuerier{r.store}) }); err != nil {
+		if r.cfg.Schema != "" && errors.Is(err, migrations.ErrNotMigrated) {
+			return fail(fmt.Errorf("schema %s: %w; with --schema %s, or migrations.MigrateIn", r.cfg.Schema, err, r.cfg.Schema))
+		}
 		return fail(err)
 	}
 	if r.cfg.Pool != nil || !pgconfig.NamesExecMode(r.cfg.DSN) {
@@ -99,6 +115,9 @@ func (r *Runtime) open(ctx context.Context) error {
 	}
 	if r.cfg.Mode == ModePoll {
 		return nil
+	}
+	if err := untilNoSessionTimeout(pingCtx, func() error { return r.resolveSchema(pingCtx) }); err != nil {
+		return fail(err)
 	}
 	// The wake source must reach the database the jobs are in: one that
 	// reaches another would wake nobody, and every job would wait for the

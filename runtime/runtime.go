@@ -76,6 +76,7 @@ type Runtime struct {
 	// worker's row in fila_workers (maintenance.go, registry.go).
 
 	cfg       Config
+	schema    string // of the tables the wake source follows: Config.Schema, or the one found at start
 	log       *zap.Logger
 	kinds     map[string]Kind
 	kindNames []string
@@ -206,6 +207,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	// Build the wake source once here so a bad listener setting is refused
 	// by New; Run builds it again with the database it must reach.
+	r.schema = cfg.Schema
 	if _, err := r.newSource(listener.Identity{}); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -216,10 +218,10 @@ func New(cfg Config) (*Runtime, error) {
 func (r *Runtime) newSource(expect listener.Identity) (wakeSource, error) {
 	switch r.cfg.Mode {
 	case ModeNotify:
-		return listener.New(listener.Config{DSN: r.cfg.ListenDSN, Queues: r.cfg.Queues, Logger: r.cfg.Logger,
+		return listener.New(listener.Config{DSN: r.cfg.ListenDSN, Queues: r.cfg.Queues, Schema: r.schema, Logger: r.cfg.Logger,
 			PingInterval: r.cfg.ListenerPingInterval, PingTimeout: r.cfg.ListenerPingTimeout, Expect: expect})
 	case ModeWAL:
-		return listener.NewWAL(listener.WALConfig{DSN: r.cfg.ListenDSN, Queues: r.cfg.Queues, Logger: r.cfg.Logger,
+		return listener.NewWAL(listener.WALConfig{DSN: r.cfg.ListenDSN, Queues: r.cfg.Queues, Schema: r.schema, Logger: r.cfg.Logger,
 			Expect: expect})
 	}
 	return nil, nil

@@ -184,6 +184,17 @@ mkdir -p "$BOUNCER_DIR"
 if [ "$(id -u)" -eq 0 ]; then chown postgres:postgres "$BOUNCER_DIR"; fi
 ini="$BOUNCER_DIR/pgbouncer.ini"
 pidfile="$BOUNCER_DIR/pgbouncer.pid"
+# A schema's search_path (runtime.Config.Schema) is a startup parameter:
+# PgBouncer 1.20 and later restore it for each client's transactions once
+# tracked (internal/pgbouncer does the same). Ignoring it would hand a
+# client a server connection with another client's path. Before 1.20 the
+# setting does not exist and PgBouncer refuses the parameter, which Fila
+# reports as such.
+track_extra=""
+bouncer_version=$("$PGBOUNCER" --version | head -1 | sed -n 's/^PgBouncer \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+if [ -n "$bouncer_version" ] && [ "$(set -- $bouncer_version; echo $(( $1 > 1 || ($1 == 1 && $2 >= 20) )))" = 1 ]; then
+	track_extra=$'\ntrack_extra_parameters = IntervalStyle,search_path'
+fi
 new_ini=$(cat <<INI
 ; Shared PgBouncer for Fila's test suite, written by scripts/setup.sh.
 [databases]
@@ -200,7 +211,7 @@ pool_mode = transaction
 max_client_conn = 500
 default_pool_size = 20
 server_reset_query =
-ignore_startup_parameters = extra_float_digits,options
+ignore_startup_parameters = extra_float_digits,options${track_extra}
 server_login_retry = 1
 ; The suite opens thousands of connections: log only what goes wrong.
 log_connections = 0

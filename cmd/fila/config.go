@@ -49,8 +49,8 @@ var groupName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)
 type workConfig struct {
 	file  string           // the configuration file; "" for flags
 	given map[string]value // the process's settings given, by key
-	// The process's settings; dsn and listenDSN "" where not given.
-	dsn, listenDSN                  string
+	// The process's settings; dsn, listenDSN and schema "" where not given.
+	dsn, listenDSN, schema          string
 	shutdown                        time.Duration
 	metricsAddr, healthAddr, uiAddr string
 	uiAccess                        uiAccess
@@ -464,7 +464,7 @@ func readRateLimit(v confNode, e *execSpec, p *problems) {
 // resolve sets the values of the process's settings and each group's
 // runtime.Config from what was given.
 func (w *workConfig) resolve() {
-	w.dsn, w.listenDSN = w.given["dsn"].s, w.given["listen_dsn"].s
+	w.dsn, w.listenDSN, w.schema = w.given["dsn"].s, w.given["listen_dsn"].s, w.given["schema"].s
 	w.shutdown = shutdownTimeoutDefault
 	if v, ok := w.given["shutdown_timeout"]; ok {
 		w.shutdown = time.Duration(v.n)
@@ -715,8 +715,15 @@ func (w *workConfig) process(g *globals, stdout io.Writer) (*workProcess, error)
 		}
 		listenDSN = w.listenDSN
 	}
+	schema := g.schema
+	if w.schema != "" {
+		if g.schema != "" {
+			return nil, fmt.Errorf("--schema cannot be combined with a configuration file that sets schema (%s)", w.file)
+		}
+		schema = w.schema
+	}
 	p := &workProcess{
-		dsn: dsn, shutdown: w.shutdown,
+		dsn: dsn, schema: schema, shutdown: w.shutdown,
 		metricsAddr: w.metricsAddr, healthAddr: w.healthAddr, uiAddr: w.uiAddr, uiAccess: w.uiAccess, otel: w.otel,
 		names: func(keys ...string) string {
 			names := slices.Clone(keys)
@@ -750,6 +757,9 @@ func (w *workConfig) process(g *globals, stdout io.Writer) (*workProcess, error)
 		}
 		if cfg.ListenDSN == "" {
 			cfg.ListenDSN = listenDSN
+		}
+		if cfg.Schema == "" {
+			cfg.Schema = schema
 		}
 		if cfg.DSN == "" && w.file != "" {
 			errs.add(gs.at.errorf("group %s has no database: set dsn in the file (as ${FILA_DSN}), or give --dsn, $FILA_DSN or $DATABASE_URL", gs.name))

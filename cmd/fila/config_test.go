@@ -187,7 +187,7 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 		{"unknown key", "workers:\n  - name: a\n    concurency: 3\n",
 			":3: workers[0].concurency: unknown key; did you mean concurrency?"},
 		{"unknown key far from any", "workers:\n  - name: a\nthreads: 3\n",
-			":3: threads: unknown key; known here: dsn, listen_dsn, shutdown_timeout"},
+			":3: threads: unknown key; known here: dsn, listen_dsn, schema, shutdown_timeout"},
 		{"bad value", "workers:\n  - name: a\n  - name: b\n    concurrency: 0\n",
 			":4: workers[1].concurrency: 0 is out of range: allowed 1 to 10000"},
 		{"literal DSN", "dsn: postgres://app:secret@db/app\nworkers: [{name: a}]\n",

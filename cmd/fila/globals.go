@@ -13,14 +13,18 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/internal/pgconfig"
 	"github.com/fila-run/fila/migrations"
+	"github.com/fila-run/fila/runtime"
 )
 
 // globals are the flags every command accepts.
 type globals struct {
 	dsn       string
 	listenDSN string
+	// schema is --schema: "" when not given (the search_path's tables).
+	schema    string
 	logLevel  string
 	logFormat string
 
@@ -42,6 +46,13 @@ func (g *globals) addFlags(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&g.dsn, "dsn", g.dsn, "main database DSN; may point at PgBouncer in transaction mode (default: $FILA_DSN, $DATABASE_URL, then the PG* environment / localhost)")
 	fs.StringVar(&g.listenDSN, "listen-dsn", g.listenDSN, "direct PostgreSQL DSN for the listener; never a transaction-mode pooler (default: $FILA_LISTEN_DSN, then --dsn)")
+	fs.Func("schema", "schema of Fila's tables, for applications sharing one database (fila migrate --schema creates it); the connections' search_path (default: the tables the search_path finds)", func(v string) error {
+		if err := channel.ValidateSchema(v); err != nil {
+			return err
+		}
+		g.schema = v
+		return nil
+	})
 	fs.StringVar(&g.logLevel, "log-level", or(g.logLevel, "info"), "log level: debug, info, warn, error")
 	fs.StringVar(&g.logFormat, "log-format", or(g.logFormat, "auto"), "log format: console, json, or auto (console on a terminal, else json); logs go to stderr, coloured only on a terminal")
 }
@@ -152,6 +163,11 @@ func (g *globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--dsn: %w", err)
 	}
+	if g.schema != "" {
+		if err := runtime.UseSchema(cfg, g.schema); err != nil {
+			return nil, fmt.Errorf("--schema: %w", err)
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--dsn: %w", err)
@@ -160,6 +176,9 @@ func (g *globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
+		if g.schema != "" && pgconfig.SearchPathRefused(err) {
+			return nil, fmt.Errorf("cannot reach the database at %s with --schema %s: %s: %w", describe(cfg), g.schema, pgconfig.SearchPathAdvice, err)
+		}
 		return nil, fmt.Errorf("cannot reach the database at %s: %w", describe(cfg), err)
 	}
 	return pool, nil
@@ -178,6 +197,8 @@ func (g *globals) migratedPool(ctx context.Context) (*pgxpool.Pool, error) {
 	want := migrations.Latest()
 	switch {
 	case err != nil:
+	case v == 0 && g.schema != "":
+		err = fmt.Errorf("schema %s has no Fila tables: run `fila migrate --schema %s` first", g.schema, g.schema)
 	case v == 0:
 		err = errors.New("the database has no Fila tables: run `fila migrate` first")
 	case v < want:

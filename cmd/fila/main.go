@@ -188,7 +188,7 @@ func (g *globals) usageError(format string, args ...any) error {
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "usage: fila [--dsn DSN] [--listen-dsn DSN] <command> [flags]")
+	fmt.Fprintln(w, "usage: fila [--dsn DSN] [--listen-dsn DSN] [--schema S] <command> [flags]")
 	fmt.Fprintln(w, "\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {

@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	register("migrate", "create or upgrade Fila's tables (safe to run twice, and several at once); --to N goes to version N, down too", runMigrate)
+	register("migrate", "create or upgrade Fila's tables (safe to run twice, and several at once); --to N goes to version N, down too; --schema S puts them in schema S, created if missing", runMigrate)
 }
 
 func runMigrate(ctx context.Context, g *globals, args []string) error {
@@ -49,7 +49,7 @@ func runMigrate(ctx context.Context, g *globals, args []string) error {
 				return err
 			}
 		}
-		undone, err := migrations.Rollback(ctx, pool, target)
+		undone, err := migrations.RollbackIn(ctx, pool, g.schema, target)
 		if err != nil {
 			return err
 		}
@@ -57,7 +57,7 @@ func runMigrate(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintf(g.stdout, "rolled back %s; now at version %d\n", listVersions(undone), target)
 		return nil
 	}
-	applied, err := migrations.MigrateTo(ctx, pool, target)
+	applied, err := migrations.MigrateIn(ctx, pool, g.schema, target)
 	if err != nil {
 		return err
 	}

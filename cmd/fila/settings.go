@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fila-run/fila/internal/channel"
 	"github.com/fila-run/fila/internal/ui"
 	"github.com/fila-run/fila/listener"
 	"github.com/fila-run/fila/runtime"
@@ -58,7 +59,7 @@ const (
 )
 
 // globalFlags are the flags of settings every command takes (see globals).
-var globalFlags = []string{"dsn", "listen-dsn"}
+var globalFlags = []string{"dsn", "listen-dsn", "schema"}
 
 var settings = []setting{
 	// The process's.
@@ -70,6 +71,10 @@ var settings = []setting{
 		arg: "DSN", def: "$FILA_LISTEN_DSN, then dsn",
 		read: readSecret("FILA_LISTEN_DSN", dsnDefault),
 		doc:  "the listener's dedicated connection: PostgreSQL directly, never a transaction-mode pooler, and the same database (in a file, ${VAR} only)"},
+	{key: "schema", flag: "schema", field: "Schema", top: true, group: true,
+		arg: "SCHEMA", allowed: fmt.Sprintf("letters, digits and _, at most %d bytes", channel.MaxSchemaLen), def: "none: the tables the search_path finds",
+		read: readSchema,
+		doc:  "the schema of Fila's tables, for applications that share one database, each in a schema of its own (fila migrate --schema): the connections' search_path, and the channels and publication the wake source follows; through PgBouncer, 1.20 or later with track_extra_parameters = search_path"},
 	{key: "shutdown_timeout", flag: "shutdown-timeout", top: true,
 		arg: "DURATION", allowed: "0 and up", def: short(shutdownTimeoutDefault),
 		read: readDuration, check: atLeast(0, "0 cancels running jobs at once"),
@@ -334,6 +339,15 @@ func (r raw) scalar() (string, error) {
 func readText(r raw) (value, error) {
 	s, err := r.scalar()
 	return value{s: s, text: s}, err
+}
+
+// readSchema reads a schema's name, refusing one Fila cannot use.
+func readSchema(r raw) (value, error) {
+	v, err := readText(r)
+	if err == nil {
+		err = channel.ValidateSchema(v.s)
+	}
+	return v, err
 }
 
 // readInt reads a whole number: in a file, a number rather than text. One

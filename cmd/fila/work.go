@@ -25,7 +25,7 @@ func init() {
 
 // flagsBesideConfig are the flags --config leaves to the command line: the
 // connections (when the file sets none) and how to log.
-var flagsBesideConfig = []string{"config", "check", "dsn", "listen-dsn", "log-level", "log-format"}
+var flagsBesideConfig = []string{"config", "check", "dsn", "listen-dsn", "schema", "log-level", "log-format"}
 
 // runWork runs `fila work`: one worker group from its flags, or the groups
 // of a configuration file. Both are read into one model and checked by one
@@ -103,8 +103,10 @@ func (p *workProcess) unhandledTasks() []runtime.RecurringTask {
 // workProcess is what one `fila work` runs and serves, from its flags or
 // from a configuration file.
 type workProcess struct {
-	// dsn is the main DSN, which the metrics and the dashboard read.
+	// dsn is the main DSN, which the metrics and the dashboard read, in
+	// schema (the process's, "" for the search_path's tables).
 	dsn      string
+	schema   string
 	groups   []groupPlan
 	shutdown time.Duration
 
@@ -201,7 +203,7 @@ func (g *globals) runProcess(ctx context.Context, p *workProcess) error {
 	}
 	var m *metrics.Metrics
 	if p.metricsAddr != "" {
-		statsPool, err := newSmallPool(p.dsn, 2)
+		statsPool, err := newSmallPool(p.dsn, p.schema, 2)
 		if err != nil {
 			return err
 		}
@@ -240,7 +242,7 @@ func (g *globals) runProcess(ctx context.Context, p *workProcess) error {
 		defer e.shutdown()
 	}
 	if p.uiAddr != "" {
-		uiPool, err := newSmallPool(p.dsn, uiPoolConns)
+		uiPool, err := newSmallPool(p.dsn, p.schema, uiPoolConns)
 		if err != nil {
 			return err
 		}
@@ -279,11 +281,17 @@ func readiness(groups []group) func(context.Context) error {
 // newSmallPool opens a pool of at most conns connections on dsn, connecting
 // at its first use: the metrics read the jobs table's statistics on one,
 // the dashboard on another, so that neither waits behind the workers' own
-// statements nor behind each other.
-func newSmallPool(dsn string, conns int32) (*pgxpool.Pool, error) {
+// statements nor behind each other. With a schema, its search_path is
+// that schema.
+func newSmallPool(dsn, schema string, conns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgconfig.Pool(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("--dsn: %w", err)
+	}
+	if schema != "" {
+		if err := runtime.UseSchema(cfg, schema); err != nil {
+			return nil, fmt.Errorf("--schema: %w", err)
+		}
 	}
 	cfg.MaxConns = conns
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)

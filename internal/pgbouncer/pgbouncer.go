@@ -135,15 +135,17 @@ func (o Options) Validate() error {
 
 // Bouncer is a running (or stopped) PgBouncer.
 type Bouncer struct {
-	log        *zap.Logger
-	owner      *proc.Owner
-	binary     string
-	opts       Options
-	dir        string
-	ini        string
-	logPath    string
-	stderrPath string
-	port       int
+	log    *zap.Logger
+	owner  *proc.Owner
+	binary string
+	opts   Options
+	dir    string
+	ini    string
+	// tracksExtra: the binary knows track_extra_parameters (1.20+).
+	tracksExtra bool
+	logPath     string
+	stderrPath  string
+	port        int
 
 	mu     sync.Mutex
 	server *proc.Process // nil once stopped
@@ -181,6 +183,7 @@ func Start(ctx context.Context, opts Options) (*Bouncer, error) {
 		stderrPath: filepath.Join(dir, "stderr.log"),
 		port:       opts.Port,
 	}
+	b.tracksExtra = tracksExtraParameters(binary)
 	if err := b.writeAuthFile(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -225,6 +228,44 @@ func findBinary(binary string) (string, error) {
 	return "", fmt.Errorf("pgbouncer: %w (not on PATH nor at %s); %s", ErrNotInstalled, systemBinary, hint)
 }
 
+// TrackExtraParameters is the track_extra_parameters Fila's bouncers set
+// (and scripts/setup.sh's): PgBouncer's default, IntervalStyle, and the
+// search_path a schema sets.
+const TrackExtraParameters = "IntervalStyle,search_path"
+
+// TracksExtraParameters reports whether the bouncer sets
+// track_extra_parameters (TrackExtraParameters): its binary is 1.20 or
+// later. Before, it refuses a search_path startup parameter.
+func (b *Bouncer) TracksExtraParameters() bool { return b.tracksExtra }
+
+// tracksExtraParameters reports whether the pgbouncer binary knows
+// track_extra_parameters (1.20 and later), from its --version.
+func tracksExtraParameters(binary string) bool {
+	out, err := exec.Command(binary, "--version").Output()
+	if err != nil {
+		return false
+	}
+	major, minor, ok := parseVersion(string(out))
+	return ok && (major > 1 || major == 1 && minor >= 20)
+}
+
+// parseVersion reads "PgBouncer 1.18.0" from the first line of --version.
+func parseVersion(out string) (major, minor int, ok bool) {
+	line, _, _ := strings.Cut(out, "\n")
+	_, v, found := strings.Cut(line, "PgBouncer ")
+	if !found {
+		return 0, 0, false
+	}
+	parts := strings.SplitN(strings.TrimSpace(v), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	var err1, err2 error
+	major, err1 = strconv.Atoi(parts[0])
+	minor, err2 = strconv.Atoi(parts[1])
+	return major, minor, err1 == nil && err2 == nil
+}
+
 func (b *Bouncer) writeAuthFile() error {
 	if err := b.owner.Chown(b.dir); err != nil {
 		return fmt.Errorf("pgbouncer: chown %s: %w", b.dir, err)
@@ -245,6 +286,15 @@ func (b *Bouncer) writeIni() error {
 		// many seconds before trying again; the default 15 s would turn a
 		// 2 s restart into a 15 s outage.
 		"server_login_retry": "1",
+	}
+	// A schema's search_path (runtime.Config.Schema) is a startup
+	// parameter: PgBouncer 1.20 and later restore it on the server
+	// connection of each client's transaction once it is tracked. Ignoring
+	// it instead would hand the statements a server connection with
+	// another client's path. Before 1.20 the setting does not exist, and
+	// PgBouncer refuses the parameter, which Fila reports as such.
+	if b.tracksExtra {
+		settings["track_extra_parameters"] = TrackExtraParameters
 	}
 	for k, v := range b.opts.Settings {
 		settings[k] = v

@@ -64,3 +64,16 @@ func HotPathMode(direct bool) pgx.QueryExecMode {
 	}
 	return pgx.QueryExecModeExec
 }
+
+// SearchPathAdvice says what a pooler that refuses the search_path startup
+// parameter needs, for the error of a connection with a schema.
+const SearchPathAdvice = "the pooler refuses the search_path startup parameter that a schema sets: " +
+	"PgBouncer 1.20 or later restores it for each client with track_extra_parameters = search_path " +
+	"(ignore_startup_parameters would drop it, and the statements would find another schema's tables, or none)"
+
+// SearchPathRefused reports whether err is a pooler's refusal of the
+// search_path startup parameter (PgBouncer before 1.20, or without it in
+// track_extra_parameters).
+func SearchPathRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "unsupported startup parameter: search_path")
+}
