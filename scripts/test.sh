@@ -183,11 +183,11 @@ longest_first() {
 # (see pass 6 above), is in neither: it runs alone after them, once per DSN.
 bouncer_pkgs=$(go list ./... | grep -v -E "$not_through_pooler" | longest_first)
 bg_pass "go test (main DSNs through PgBouncer), beside the race detector's pass" \
-	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 12m $bouncer_pkgs
+	env FILA_TEST_PGBOUNCER_URL="$BOUNCER_URL" go test -count=1 -timeout 25m $bouncer_pkgs
 # Every package but cmd/fila (see pass 4 above) and internal/chaos.
 race_pkgs=$(go list ./... | grep -v -E '/(cmd/fila|internal/chaos)$' | longest_first)
 pass "go test -race (direct to PostgreSQL)" \
-	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 12m $race_pkgs
+	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 25m $race_pkgs
 collect_bg "go test (main DSNs through PgBouncer), beside the race detector's pass"
 pass "internal/chaos with -race, direct to PostgreSQL, alone" \
 	env -u FILA_TEST_PGBOUNCER_URL go test -race -count=1 -timeout 10m -skip '^TestHA$' ./internal/chaos

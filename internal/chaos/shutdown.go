@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/fila-run/fila/runtime"
 )
 
@@ -102,11 +104,28 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 	if err != nil {
 		return nil, err
 	}
+	// A claim the worker sent just before it took the signal may run on
+	// the server later, by as long as a statement takes to get there under
+	// this load (through PgBouncer, when the pass uses it): measured by
+	// probes on the same path, right after the signal.
+	probe, err := pgconn.Connect(ctx, db.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("connect the probe: %w", err)
+	}
+	defer probe.Close(context.Background())
 	e.progress("SIGTERM to worker %d (then %s)", w.n, map[bool]string{true: "a second signal", false: "its shutdown timeout"}[secondSignal])
 	if err := w.signal(syscall.SIGTERM); err != nil {
 		return nil, err
 	}
 	termAt := time.Now()
+	var inFlight time.Duration
+	for range 5 {
+		t0 := time.Now()
+		if _, err := probe.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+			return nil, fmt.Errorf("probe: %w", err)
+		}
+		inFlight = max(inFlight, time.Since(t0))
+	}
 	// The short jobs running at SIGTERM finish; nothing new is claimed.
 	drained := waitFor(ctx, 20*time.Second, func() bool { _, s := running(); return s == 0 })
 	res.check(drained, "the short jobs running at SIGTERM did not finish within 20s")
@@ -146,8 +165,9 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 		tookSignal = termAt
 		res.check(false, "the worker never logged %q", stoppingMsg)
 	}
-	// The log's time is to the millisecond, the claim's to the microsecond.
-	tookSignal = tookSignal.Add(time.Millisecond)
+	// The log's time is to the millisecond, the claim's to the microsecond;
+	// and a claim in flight at the signal runs up to inFlight later.
+	tookSignal = tookSignal.Add(time.Millisecond + inFlight)
 	var completed, returned, untouched, refilled int
 	var returnedShort []int64
 	for id, s := range after {
@@ -180,8 +200,8 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 				return nil, err
 			}
 			refilled++
-			res.check(started.Before(tookSignal), "job %d was claimed %s after the worker took SIGTERM",
-				id, started.Sub(tookSignal).Round(time.Millisecond))
+			res.check(started.Before(tookSignal), "job %d was claimed %s after the worker took SIGTERM and a statement's longest trip then (%s)",
+				id, started.Sub(tookSignal).Round(time.Millisecond), inFlight.Round(time.Millisecond))
 		default:
 			res.check(false, "job %d went from %s to %s", id, b.state, s.state)
 		}
@@ -226,8 +246,8 @@ func (e *Env) shutdownRound(ctx context.Context, db *database, dir, runFile stri
 		how = fmt.Sprintf("shutdown timeout (%s)", timeout)
 	}
 	if refilled > 0 {
-		res.note("%d short jobs were claimed between the snapshot and the worker taking SIGTERM (it logged so %s after the signal was sent, to the millisecond), and completed",
-			refilled, max(0, tookSignal.Sub(termAt)).Round(time.Millisecond))
+		res.note("%d short jobs were claimed between the snapshot and the worker taking SIGTERM (it logged so %s after the signal was sent, to the millisecond; a statement's longest trip then was %s), and completed",
+			refilled, max(0, tookSignal.Sub(termAt)-inFlight-time.Millisecond).Round(time.Millisecond), inFlight.Round(time.Millisecond))
 	}
 	res.note("%s: after SIGTERM %d running short jobs finished and were completed, %d pending ones were not claimed; "+
 		"the %s cancelled %d long jobs, back to pending at once; the worker exited %s after it, %s after SIGTERM",
