@@ -71,6 +71,7 @@ var bothWays = []struct {
 }{
 	{[]string{"--dsn", "postgres://app@db/app"}, "dsn: ${D}", true},
 	{[]string{"--listen-dsn", "postgres://app@pg/app"}, "listen_dsn: ${L}", true},
+	{[]string{"--schema", "app_a"}, "schema: app_a", true},
 	{[]string{"--shutdown-timeout", "1m"}, "shutdown_timeout: 1m", true},
 	{[]string{"--metrics-addr", "127.0.0.1:9091"}, "metrics_addr: 127.0.0.1:9091", true},
 	{[]string{"--health-addr", "127.0.0.1:9092"}, "health_addr: 127.0.0.1:9092", true},
