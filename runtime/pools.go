@@ -41,6 +41,17 @@ func (r *Runtime) open(ctx context.Context) error {
 		cc := r.cfg.Pool.Config()
 		cc.MaxConns, cc.MinConns = controlConns, 0
 		cc.ShouldPing = r.shouldPing
+		// pgx's default caches a prepared statement per query: through
+		// PgBouncer in transaction mode the prepare and the execution
+		// can reach different server connections ("prepared statement
+		// stmtcache_… does not exist"), and the checks before the hot
+		// path's mode is chosen, and the batches, take the pool's default.
+		// Unnamed statements by default, as a pool Fila opens from a DSN;
+		// the hot path still prepares its statements when the database
+		// is reached directly (setHotPathMode).
+		if cc.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+			cc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		}
 		if r.cfg.Schema != "" {
 			if err := UseSchema(cc, r.cfg.Schema); err != nil {
 				return fmt.Errorf("Schema: %w", err)
